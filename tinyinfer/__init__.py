@@ -1,0 +1,7 @@
+"""tinyinfer: a transformer inference runtime in NumPy (CuPy on a GPU) that is also a course."""
+
+__version__ = "0.1.0"
+
+from tinyinfer.errors import TinyInferError  # noqa: E402
+
+__all__ = ["TinyInferError", "__version__"]

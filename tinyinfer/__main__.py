@@ -1,0 +1,3 @@
+from tinyinfer.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,65 @@
+"""The array seam: the only file that knows whether arrays live on the CPU (NumPy) or a GPU (CuPy).
+
+Every other module does `from tinyinfer.backend import xp_of, get_xp` and never imports CuPy. The CPU path
+needs no GPU package installed.
+
+    >>> xp = get_xp("cpu"); xp.__name__
+    'numpy'
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tinyinfer.errors import TinyInferError
+
+DEVICES = ("cpu", "cuda")
+
+
+def get_xp(device: str = "cpu"):
+    """Return the array module for a device: numpy for "cpu", cupy for "cuda"."""
+    if device == "cpu":
+        return np
+    if device == "cuda":
+        return _cupy()
+    raise TinyInferError(f"unknown device {device!r}: use one of {', '.join(DEVICES)}")
+
+
+def _cupy():
+    try:
+        import cupy  # noqa: PLC0415 - the one place CuPy is imported
+    except ImportError as e:
+        raise TinyInferError(
+            "device 'cuda' needs CuPy: install it with `pip install tinyinfer[gpu]` (CUDA 12), or use --device cpu"
+        ) from e
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as e:  # CuPy raises its own CUDARuntimeError when no driver is present
+        raise TinyInferError(f"device 'cuda' asked for but no usable NVIDIA GPU was found ({e}); use --device cpu") from e
+    if count == 0:
+        raise TinyInferError("device 'cuda' asked for but no NVIDIA GPU was found; use --device cpu")
+    return cupy
+
+
+def cuda_available() -> bool:
+    """True when CuPy imports and sees at least one GPU (used to skip GPU tests)."""
+    try:
+        _cupy()
+        return True
+    except TinyInferError:
+        return False
+
+
+def xp_of(array):
+    """The array module an array belongs to (numpy or cupy)."""
+    return np if isinstance(array, np.ndarray) or np.isscalar(array) else _cupy()
+
+
+def to_device(array: np.ndarray, device: str):
+    """Move a NumPy array to `device` (a no-op on the CPU)."""
+    return array if device == "cpu" else get_xp(device).asarray(array)
+
+
+def to_numpy(array) -> np.ndarray:
+    """Bring an array back to host memory as NumPy (a no-op for NumPy arrays)."""
+    return array if isinstance(array, np.ndarray) else array.get()

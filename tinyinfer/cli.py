@@ -1,0 +1,70 @@
+"""`python -m tinyinfer ...`: the command line.
+
+Each subcommand lives in its own module under `tinyinfer/commands/` and exposes two functions:
+`add_arguments(parser)` and `run(args) -> int`. This file only wires them together and turns a
+`TinyInferError` (bad input) into one line on stderr and a non-zero exit, never a traceback.
+Set TINYINFER_DEBUG=1 to see the traceback of any error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+from tinyinfer.errors import TinyInferError
+
+# name -> (module under tinyinfer.commands, one-line help)
+COMMANDS = {
+    "generate": ("generate", "generate text from a prompt, streaming it to stdout"),
+    "chat": ("chat", "chat with a model through its chat template"),
+    "tokenize": ("tokenize", "show how a text splits into tokens"),
+    "memory": ("memory", "print the memory arithmetic of a model: weights, KV cache, decode-speed bound"),
+    "models": ("models", "list built-in and locally cached models"),
+    "bench": ("bench", "benchmarks that print ratios measured side by side in one run"),
+    "course": ("course", "start and grade a course workspace"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tinyinfer", description="A transformer inference runtime that is also a course.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module_name, help_text) in COMMANDS.items():
+        try:
+            module = importlib.import_module(f"tinyinfer.commands.{module_name}")
+        except ModuleNotFoundError as e:
+            if e.name != f"tinyinfer.commands.{module_name}":
+                raise
+            continue  # a command whose module is not written yet is simply absent
+        command_parser = sub.add_parser(name, help=help_text, description=help_text)
+        module.add_arguments(command_parser)
+        command_parser.set_defaults(run=module.run)
+    return parser
+
+
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "run", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.run(args) or 0)
+    except TinyInferError as e:
+        if os.environ.get("TINYINFER_DEBUG"):
+            raise
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as e:  # a bug in tinyinfer: still one line, with a way to see more
+        if os.environ.get("TINYINFER_DEBUG"):
+            raise
+        print(f"error: internal error ({type(e).__name__}: {e}); rerun with TINYINFER_DEBUG=1 for the traceback", file=sys.stderr)
+        return 2
