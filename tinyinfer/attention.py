@@ -1,0 +1,62 @@
+"""Causal self-attention for one sequence, with grouped-query heads.
+
+Every new token asks a question (its query) of every earlier token (their keys) and mixes their values by
+how well they answer:  softmax(q k^T / sqrt(hd) + mask) v.  The mask is what makes it causal: token t never
+sees tokens after t. With a sliding window it also stops seeing tokens more than `window` behind.
+
+Grouped-query attention (GQA) lets G = n_heads / n_kv_heads query heads share one key/value head, which
+shrinks the KV cache G times; multi-query attention (MQA) is the extreme n_kv_heads = 1, plain multi-head
+attention the other extreme G = 1. The shared heads are never copied: queries are grouped instead, so one
+matrix product per KV head serves its whole group.
+
+Cost: a chunk of n new tokens against L cached ones does n x L dot products per head: prefill of a T-token
+prompt is quadratic (T^2), each decode step linear in the context.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def causal_mask(n_new: int, start: int, window: int | None = None) -> np.ndarray:
+    """Additive mask for queries at positions start..start+n_new-1 over keys 0..start+n_new-1.
+
+    0 where a query may look, -inf where it may not.  -> [n_new, start + n_new]
+
+    >>> causal_mask(2, 1)  # two new tokens after one cached token
+    array([[  0.,   0., -inf],
+           [  0.,   0.,   0.]], dtype=float32)
+    """
+    # BEGIN EXERCISE 3.1: the causal (and sliding-window) mask
+    query_pos = np.arange(start, start + n_new)[:, None]  # [n, 1]
+    key_pos = np.arange(start + n_new)[None, :]  # [1, L]
+    visible = key_pos <= query_pos  # [n, L]: no peeking at the future
+    if window is not None:
+        visible &= key_pos > query_pos - window  # forget what is `window` or more tokens behind
+    return np.where(visible, 0.0, -np.inf).astype(np.float32)
+    # END EXERCISE 3.1
+
+
+def softmax(x, axis: int = -1):
+    """exp(x) / sum(exp(x)) along `axis`, shifted by the max so large scores do not overflow."""
+    shifted = x - x.max(axis=axis, keepdims=True)
+    e = np.exp(shifted)  # a NumPy ufunc: runs on CuPy arrays too, through __array_ufunc__
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def attention(q, k, v, mask):
+    """Grouped-query attention of n new queries over L keys/values.
+
+    q: [n, n_heads, hd], k and v: [n_kv_heads, L, hd], mask: [n, L] -> [n, n_heads * hd]
+    """
+    # BEGIN EXERCISE 3.2: grouped-query attention
+    n, n_heads, hd = q.shape
+    n_kv = k.shape[0]
+    group = n_heads // n_kv  # query heads per KV head; head h reads KV head h // group
+    q = q.transpose(1, 0, 2).reshape(n_kv, group * n, hd)  # [n, H, hd] -> [KV, G*n, hd]
+    scores = q @ k.transpose(0, 2, 1) / np.sqrt(hd)  # [KV, G*n, hd] @ [KV, hd, L] -> [KV, G*n, L]
+    scores = scores.reshape(n_kv, group, n, -1) + mask  # [KV, G, n, L], mask broadcast over heads
+    weights = softmax(scores).reshape(n_kv, group * n, -1)  # -> [KV, G*n, L]
+    out = weights @ v  # [KV, G*n, L] @ [KV, L, hd] -> [KV, G*n, hd]
+    return out.reshape(n_kv, group, n, hd).transpose(2, 0, 1, 3).reshape(n, n_heads * hd)  # -> [n, H*hd]
+    # END EXERCISE 3.2

@@ -1,0 +1,47 @@
+"""The KV cache: keys and values of past tokens, kept so each decode step computes only the new token's.
+
+Without it, generating token t would recompute attention inputs for all t earlier tokens: quadratic work
+for every new token. With it, a decode step projects one token and reads the cache. The price is memory:
+
+    bytes per token = 2 (K and V) x n_layers x n_kv_heads x head_dim x bytes per number
+
+`ContiguousKVCache` preallocates one slab per sequence slot for `max_len` tokens and writes new entries in
+place (no concatenation per step). The interface is two methods, so a paged cache can replace it:
+
+    cache.write(layer, seq_id, start, k, v)   k, v: [n, n_kv_heads, hd] stored at positions start..start+n-1
+    cache.read(layer, seq_id, end) -> (k, v)   each [n_kv_heads, end, hd]: positions 0..end-1
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tinyinfer.config import Config
+from tinyinfer.errors import TinyInferError
+
+
+class ContiguousKVCache:
+    """Slots 0..max_seqs-1, each holding up to max_len tokens of keys and values for every layer."""
+
+    def __init__(self, config: Config, max_seqs: int = 1, max_len: int | None = None, dtype=np.float32, xp=np):
+        self.max_len = max_len or config.max_seq_len
+        self.max_seqs = max_seqs
+        shape = (config.n_layers, max_seqs, config.n_kv_heads, self.max_len, config.head_dim)
+        self.k = xp.zeros(shape, dtype=dtype)  # [layers, seqs, KV, max_len, hd]
+        self.v = xp.zeros(shape, dtype=dtype)
+
+    @property
+    def nbytes(self) -> int:
+        return self.k.nbytes + self.v.nbytes
+
+    def write(self, layer: int, seq_id: int, start: int, k, v) -> None:
+        # BEGIN EXERCISE 5.1: write new keys and values into the cache in place
+        end = start + k.shape[0]
+        if end > self.max_len:
+            raise TinyInferError(f"KV cache overflow: sequence {seq_id} needs {end} positions, the cache holds {self.max_len}")
+        self.k[layer, seq_id, :, start:end] = k.transpose(1, 0, 2)  # [n, KV, hd] -> [KV, n, hd]
+        self.v[layer, seq_id, :, start:end] = v.transpose(1, 0, 2)
+        # END EXERCISE 5.1
+
+    def read(self, layer: int, seq_id: int, end: int):
+        return self.k[layer, seq_id, :, :end], self.v[layer, seq_id, :, :end]  # 2 x [KV, end, hd], views

@@ -1,0 +1,93 @@
+"""`tinyinfer.load`: from a name or a path to a ready Model.
+
+What `model` may be:
+- a Hugging Face model folder (config.json + safetensors [+ tokenizer.json, generation_config.json]);
+- a llama2.c checkpoint file (`.bin` with a llama2.c header), its tokenizer.bin found beside it;
+- a built-in model name or a Hugging Face repo id (resolved by tinyinfer/resolve.py, when present).
+PyTorch pickles (.bin/.pt files inside an HF folder) are never unpickled: convert them to safetensors.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from tinyinfer.config import load_hf_config, read_json
+from tinyinfer.errors import TinyInferError
+from tinyinfer.model import Model
+from tinyinfer.safetensors_io import Checkpoint
+from tinyinfer.weights import load_params
+
+DTYPES = {None: np.float32, "float32": np.float32, "fp32": np.float32, "float16": np.float16, "fp16": np.float16}
+
+
+def resolve_path(model) -> Path:
+    """A local path for `model`: an existing path as is, anything else through tinyinfer.resolve."""
+    path = Path(model).expanduser()
+    if path.exists():
+        return path
+    try:
+        from tinyinfer.resolve import resolve_model  # noqa: PLC0415 - optional until built-ins exist
+    except ImportError:
+        raise TinyInferError(f"model {str(model)!r} not found: give a model folder or a llama2.c .bin file") from None
+    return resolve_model(str(model))
+
+
+def load(model=None, device: str = "cpu", dtype=None, tokenizer=None) -> Model:
+    """Load a model (folder, llama2.c file, built-in name or repo id) onto `device` ("cpu" or "cuda").
+
+    `dtype`: the compute dtype, "float32" (default; exact parity) or "float16" (halves memory; for GPUs).
+    `tokenizer`: a path to use instead of the tokenizer found with the model.
+    """
+    if dtype not in DTYPES:
+        raise TinyInferError(f"dtype {dtype!r} is not supported; use one of float32, float16")
+    if model is None:
+        from tinyinfer.resolve import DEFAULT_MODEL  # noqa: PLC0415
+
+        model = DEFAULT_MODEL
+    path = resolve_path(model)
+    compute_dtype = DTYPES[dtype]
+    if path.is_file() and path.suffix in (".pt", ".pth", ".pkl", ".ckpt"):
+        raise TinyInferError(f"{path} is a PyTorch pickle, which tinyinfer never unpickles: convert it to safetensors")
+    if path.is_file() and path.suffix != ".safetensors":
+        config, params, generation_config = *_load_llama2c(path, compute_dtype), {}
+        tokenizer_path = tokenizer or _find_llama2c_tokenizer(path)
+    else:
+        folder = path.parent if path.is_file() else path
+        config = load_hf_config(folder)
+        with tqdm(total=1, desc=f"loading {folder.name}", unit="model", disable=None, leave=False) as bar:
+            params = load_params(Checkpoint(path), config, compute_dtype)
+            bar.update(1)
+        gen_path = folder / "generation_config.json"
+        generation_config = read_json(gen_path, "generation_config.json") if gen_path.exists() else {}
+        tokenizer_path = tokenizer or (folder if (folder / "tokenizer.json").exists() else None)
+    return Model(config, params, _load_tokenizer(tokenizer_path), device, generation_config, compute_dtype)
+
+
+def _load_llama2c(path: Path, dtype):
+    from tinyinfer.llama2c import load_llama2c  # noqa: PLC0415
+
+    config, params = load_llama2c(path)
+    if dtype != np.float32:
+        from tinyinfer.model import _map_arrays  # noqa: PLC0415
+
+        params = _map_arrays(params, lambda a: a.astype(dtype))
+    return config, params
+
+
+def _find_llama2c_tokenizer(path: Path) -> Path | None:
+    """llama2.c keeps `tokenizer.bin` (or a `tok*.bin` for custom vocabularies) beside the model."""
+    candidates = [path.parent / "tokenizer.bin", *sorted(path.parent.glob("tok*.bin"))]
+    return next((c for c in candidates if c.exists() and c != path), None)
+
+
+def _load_tokenizer(path):
+    if path is None:
+        return None
+    try:
+        from tinyinfer.tokenizer import Tokenizer  # noqa: PLC0415
+    except ImportError:
+        return None
+    return Tokenizer.from_file(path)

@@ -1,0 +1,170 @@
+"""The transformer forward pass: token ids in, next-token logits out, one story for every architecture.
+
+    x = embed(ids) (+ positions, GPT-2)
+    for each layer:
+        x = x + attention(norm(x))       # tokens look at each other (through the KV cache)
+        x = x + feed_forward(norm(x))    # each token alone (a dense MLP, or a Mixture-of-Experts)
+    logits = norm(x) @ lm_head
+
+One function serves prefill (a whole prompt) and decode (one token), for one sequence or many at once:
+`forward` takes a list of `SeqChunk`s, each some new tokens of one sequence. Linear layers run on all
+tokens of all chunks together ([T, d]); only attention goes sequence by sequence, asking the cache for that
+sequence's keys and values. The batched serving engine calls this same function.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tinyinfer.attention import attention, causal_mask
+from tinyinfer.backend import get_xp, to_device, to_numpy
+from tinyinfer.config import Config
+from tinyinfer.errors import TinyInferError
+from tinyinfer.kv_cache import ContiguousKVCache
+from tinyinfer.mlp import gelu_mlp, swiglu
+from tinyinfer.norms import apply_norm, rms_norm
+from tinyinfer.rope import apply_rope, inv_frequencies, rope_angles
+
+
+@dataclass
+class SeqChunk:
+    """New tokens of sequence `seq_id`; the first is at position `start` (= tokens already cached)."""
+
+    seq_id: int
+    start: int
+    tokens: list[int]
+
+
+class Model:
+    """A loaded model: config, parameters on a device, and (when found) its tokenizer."""
+
+    def __init__(self, config: Config, params: dict, tokenizer=None, device: str = "cpu",
+                 generation_config: dict | None = None, dtype=np.float32):
+        self.config = config
+        self.tokenizer = tokenizer
+        self.device = device
+        self.dtype = np.dtype(dtype)
+        self.xp = get_xp(device)
+        self.params = _map_arrays(params, lambda a: to_device(a, device))
+        self.generation_config = generation_config or {}
+        self.inv_freq = inv_frequencies(config.head_dim, config.rope_theta, config.rope_scaling)
+        self.expert_load = None  # filled by Mixture-of-Experts layers when routing statistics are asked for
+
+    # -- the forward pass ----------------------------------------------------------------------------------
+
+    def forward(self, chunks: list[SeqChunk], cache, all_logits: bool = False):
+        """Logits of the last token of each chunk [len(chunks), V], or of every token [T, V] if all_logits."""
+        cfg, p, xp = self.config, self.params, self.xp
+        ids = np.concatenate([np.asarray(c.tokens, dtype=np.int64) for c in chunks])  # [T]
+        positions = np.concatenate([np.arange(c.start, c.start + len(c.tokens)) for c in chunks])  # [T]
+        self._check_ids(ids, positions)
+        x = p["embed"][to_device(ids, self.device)]  # [T] -> [T, d]
+        if cfg.position == "learned":
+            x = x + p["pos_embed"][to_device(positions, self.device)]  # GPT-2 adds a learned position vector
+        rope = self._rope(positions) if cfg.position == "rope" else None
+        for i, layer in enumerate(p["layers"]):
+            h = apply_norm(x, layer["attn_norm"], cfg.norm, cfg.norm_eps)
+            x = x + self.attention_block(i, layer, h, chunks, rope, cache)  # [T, d]
+            h = apply_norm(x, layer["mlp_norm"], cfg.norm, cfg.norm_eps)
+            x = x + self.feed_forward(i, layer, h)  # [T, d]
+        if not all_logits:
+            last = np.cumsum([len(c.tokens) for c in chunks]) - 1
+            x = x[to_device(last, self.device)]  # [T, d] -> [n_chunks, d]: only what sampling needs
+        x = apply_norm(x, p["final_norm"], cfg.norm, cfg.norm_eps)
+        return x @ p["lm_head"]  # [*, d] -> [*, V]
+
+    def attention_block(self, i: int, layer: dict, h, chunks: list[SeqChunk], rope, cache):
+        """Project to q, k, v for all tokens; attend sequence by sequence through the cache; project out."""
+        cfg = self.config
+        T = h.shape[0]
+        q = _linear(h, layer, "q").reshape(T, cfg.n_heads, cfg.head_dim)  # [T, d] -> [T, H, hd]
+        k = _linear(h, layer, "k").reshape(T, cfg.n_kv_heads, cfg.head_dim)  # [T, d] -> [T, KV, hd]
+        v = _linear(h, layer, "v").reshape(T, cfg.n_kv_heads, cfg.head_dim)  # [T, d] -> [T, KV, hd]
+        if cfg.qk_norm:  # Qwen3: normalise each head's q and k before rotating them
+            q = rms_norm(q, layer["q_norm"], cfg.norm_eps)
+            k = rms_norm(k, layer["k_norm"], cfg.norm_eps)
+        if rope is not None:
+            q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+        out = self.xp.empty((T, cfg.n_heads * cfg.head_dim), dtype=q.dtype)  # [T, H*hd]
+        offset = 0
+        for chunk in chunks:
+            n, end = len(chunk.tokens), chunk.start + len(chunk.tokens)
+            rows = slice(offset, offset + n)
+            cache.write(i, chunk.seq_id, chunk.start, k[rows], v[rows])
+            keys, values = cache.read(i, chunk.seq_id, end)  # 2 x [KV, end, hd]
+            mask = to_device(causal_mask(n, chunk.start, cfg.window_of(i)), self.device)  # [n, end]
+            out[rows] = attention(q[rows], keys, values, mask)  # -> [n, H*hd]
+            offset += n
+        return _linear(out, layer, "o")  # [T, H*hd] -> [T, d]
+
+    def feed_forward(self, i: int, layer: dict, h):
+        """The MLP of layer i: SwiGLU or GPT-2's GELU MLP.  [T, d] -> [T, d]"""
+        if self.config.mlp == "swiglu":
+            return swiglu(h, layer["mlp"], self.config.activation)
+        return gelu_mlp(h, layer["mlp"], self.config.activation)
+
+    def _rope(self, positions: np.ndarray):
+        cos, sin = rope_angles(positions, self.inv_freq, self.dtype)  # 2 x [T, hd/2]
+        return to_device(cos, self.device), to_device(sin, self.device)
+
+    def _check_ids(self, ids: np.ndarray, positions: np.ndarray) -> None:
+        if ids.size and (ids.min() < 0 or ids.max() >= self.config.vocab_size):
+            bad = int(ids[(ids < 0) | (ids >= self.config.vocab_size)][0])
+            raise TinyInferError(f"token id {bad} is outside the vocabulary (0..{self.config.vocab_size - 1})")
+        if positions.size and positions.max() >= self.config.max_seq_len:
+            raise TinyInferError(
+                f"position {int(positions.max())} is beyond the context window of {self.config.max_seq_len} tokens"
+            )
+
+    # -- conveniences ----------------------------------------------------------------------------------------
+
+    def new_cache(self, max_seqs: int = 1, max_len: int | None = None) -> ContiguousKVCache:
+        """A contiguous KV cache on this model's device, for `max_seqs` sequences of up to `max_len` tokens."""
+        return ContiguousKVCache(self.config, max_seqs, min(max_len or self.config.max_seq_len, self.config.max_seq_len),
+                                 self.dtype, self.xp)
+
+    def logits(self, ids: list[int]) -> np.ndarray:
+        """Logits at every position of one token sequence, without a lasting cache.  [T] -> [T, V] (NumPy)"""
+        ids = list(ids)
+        if not ids:
+            raise TinyInferError("logits() needs at least one token id")
+        return to_numpy(self.forward([SeqChunk(0, 0, ids)], self.new_cache(1, len(ids)), all_logits=True))
+
+    def generate(self, prompt, *args, **kwargs):
+        """Generate a continuation of `prompt` (text or token ids); see `tinyinfer.generation.generate`."""
+        from tinyinfer.generation import generate  # noqa: PLC0415 - generation builds on the model
+
+        return generate(self, prompt, *args, **kwargs)
+
+    @property
+    def n_params(self) -> int:
+        """Number of parameters, a tied LM head counted once (it is the embedding table)."""
+        total = sum(array.size for array in _leaves(self.params))
+        return total - (self.params["lm_head"].size if self.config.tie_word_embeddings else 0)
+
+
+def _linear(x, layer: dict, name: str):
+    y = x @ layer[name]  # [T, d_in] -> [T, d_out]
+    bias = layer.get(f"{name}_bias")
+    return y if bias is None else y + bias
+
+
+def _leaves(tree):
+    if isinstance(tree, dict):
+        for value in tree.values():
+            yield from _leaves(value)
+    elif isinstance(tree, list):
+        for value in tree:
+            yield from _leaves(value)
+    else:
+        yield tree
+
+
+def _map_arrays(tree, fn):
+    if isinstance(tree, dict):
+        return {key: _map_arrays(value, fn) for key, value in tree.items()}
+    if isinstance(tree, list):
+        return [_map_arrays(value, fn) for value in tree]
+    return fn(tree)

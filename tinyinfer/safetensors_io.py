@@ -1,0 +1,136 @@
+"""Reading safetensors files: the format every modern checkpoint ships in.
+
+A safetensors file is three parts, so it is read here directly (memory-mapped, nothing unpickled):
+
+    [8 bytes: N, little-endian u64] [N bytes: JSON header] [raw tensor bytes]
+
+    header = {"model.norm.weight": {"dtype": "BF16", "shape": [64], "data_offsets": [0, 128]}, ...,
+              "__metadata__": {...}}
+
+Offsets count from the first byte after the header. NumPy has no bfloat16, but a bf16 number is just the top
+16 bits of a float32, so `bf16_to_f32` widens it exactly by shifting the bits left by 16.
+A sharded checkpoint adds `model.safetensors.index.json`, whose `weight_map` says which file holds which name.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import struct
+from pathlib import Path
+
+import numpy as np
+
+from tinyinfer.errors import TinyInferError
+
+DTYPES = {
+    "F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": np.uint16,  # BF16 read as raw bits
+    "I64": np.int64, "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_,
+}
+
+
+def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
+    """Widen bfloat16 (stored as uint16 bit patterns) to float32 exactly.
+
+    >>> bf16_to_f32(np.array([0x3F80, 0xC000], dtype=np.uint16))  # 1.0 and -2.0
+    array([ 1., -2.], dtype=float32)
+    """
+    # BEGIN EXERCISE 2.1: widen bfloat16 bits to float32
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+    # END EXERCISE 2.1
+
+
+class SafetensorsFile:
+    """One memory-mapped .safetensors file: `names()`, `shape(name)`, `dtype(name)`, `get(name) -> float32`."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        try:
+            with open(self.path, "rb") as f:
+                self._buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        except FileNotFoundError as e:
+            raise TinyInferError(f"safetensors file not found: {path}") from e
+        except ValueError as e:  # mmap of an empty file
+            raise TinyInferError(f"{path} is empty: not a safetensors file") from e
+        self.header, self._data_start = self._read_header()
+
+    def _read_header(self) -> tuple[dict, int]:
+        size = len(self._buf)
+        if size < 8:
+            raise TinyInferError(f"{self.path} is truncated: too short for a safetensors header")
+        (n,) = struct.unpack("<Q", self._buf[:8])
+        if 8 + n > size:
+            raise TinyInferError(f"{self.path} is truncated or not safetensors: header of {n} bytes, file of {size}")
+        try:
+            header = json.loads(self._buf[8 : 8 + n])
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise TinyInferError(f"{self.path} is not a safetensors file: its header is not JSON ({e})") from e
+        header.pop("__metadata__", None)
+        data_size = size - 8 - n
+        for name, info in header.items():
+            start, end = info["data_offsets"]
+            if end > data_size:
+                raise TinyInferError(f"{self.path} is truncated: tensor {name!r} ends at byte {end} of {data_size}")
+            if info["dtype"] not in DTYPES:
+                raise TinyInferError(f"{self.path}: tensor {name!r} has unsupported dtype {info['dtype']}")
+        return header, 8 + n
+
+    def names(self) -> list[str]:
+        return list(self.header)
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return tuple(self.header[name]["shape"])
+
+    def raw(self, name: str) -> np.ndarray:
+        """The tensor as stored (BF16 as uint16 bits), a read-only view into the mapped file."""
+        info = self.header[name]
+        start, end = info["data_offsets"]
+        array = np.frombuffer(self._buf, dtype=DTYPES[info["dtype"]], count=(end - start) // np.dtype(DTYPES[info["dtype"]]).itemsize,
+                              offset=self._data_start + start)
+        return array.reshape(info["shape"])
+
+    def get(self, name: str, dtype=np.float32) -> np.ndarray:
+        """The tensor converted to `dtype` (a fresh array in memory)."""
+        array = self.raw(name)
+        if self.header[name]["dtype"] == "BF16":
+            array = bf16_to_f32(array)
+        return array.astype(dtype)
+
+
+class Checkpoint:
+    """All tensors of a model folder or file, single-file or sharded, looked up by name."""
+
+    def __init__(self, path: Path):
+        path = Path(path)
+        if path.is_file():
+            files = [path]
+        elif (path / "model.safetensors.index.json").exists():
+            index = json.loads((path / "model.safetensors.index.json").read_text())
+            files = [path / f for f in sorted(set(index["weight_map"].values()))]
+        elif (path / "model.safetensors").exists():
+            files = [path / "model.safetensors"]
+        else:
+            pickled = [p.name for p in path.glob("*.bin")] + [p.name for p in path.glob("*.pt")]
+            hint = (f" It has PyTorch pickle files ({', '.join(pickled)}), which tinyinfer never unpickles: convert "
+                    "them to safetensors first (e.g. load with transformers and call save_pretrained(folder, "
+                    "safe_serialization=True)).") if pickled else ""
+            raise TinyInferError(f"no model.safetensors or model.safetensors.index.json in {path}.{hint}")
+        self.files = [SafetensorsFile(f) for f in files]
+        self._where = {name: f for f in self.files for name in f.names()}
+
+    def names(self) -> list[str]:
+        return list(self._where)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._where
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return self._file(name).shape(name)
+
+    def get(self, name: str, dtype=np.float32) -> np.ndarray:
+        return self._file(name).get(name, dtype)
+
+    def _file(self, name: str) -> SafetensorsFile:
+        if name not in self._where:
+            raise TinyInferError(f"checkpoint is missing tensor {name!r}")
+        return self._where[name]

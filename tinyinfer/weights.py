@@ -1,0 +1,151 @@
+"""From a checkpoint's tensor names to tinyinfer's parameters.
+
+Every architecture names its tensors its own way; this module translates them into one plain structure the
+model code reads, checking every shape on the way:
+
+    params = {
+        "embed": [vocab, d],  "pos_embed": [max_len, d] (GPT-2 only),
+        "layers": [{"attn_norm": {"weight", "bias"?}, "q": [d, H*hd], "k": [d, KV*hd], "v": [d, KV*hd],
+                    "o": [H*hd, d], "q_bias"?, "k_bias"?, "v_bias"?, "o_bias"?, "q_norm"?, "k_norm"?,
+                    "mlp_norm": {...}, "mlp": {"gate"?, "up", "down", "up_bias"?, "down_bias"?}}, ...],
+        "final_norm": {"weight", "bias"?},  "lm_head": [d, vocab],
+    }
+
+Linear weights are stored as [in, out] so every projection reads `x @ w` (PyTorch's nn.Linear stores
+[out, in]: those are transposed once, at load). Tied embeddings share the embedding table, no copy.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from tinyinfer.config import Config
+from tinyinfer.errors import TinyInferError
+from tinyinfer.safetensors_io import Checkpoint
+
+Getter = Callable[..., np.ndarray]
+
+
+def tensor_getter(checkpoint: Checkpoint, dtype, strip_prefixes: tuple[str, ...] = ()) -> Getter:
+    """`get(name, shape)`: the tensor `name` as `dtype`, after checking it exists and has `shape`."""
+    names = set(checkpoint.names())
+
+    def find(name: str) -> str:
+        for prefix in ("",) + strip_prefixes:
+            if prefix + name in names:
+                return prefix + name
+        raise TinyInferError(f"checkpoint is missing tensor {name!r}; the file does not match its config.json")
+
+    def get(name: str, shape: tuple[int, ...]) -> np.ndarray:
+        full = find(name)
+        found = checkpoint.shape(full)
+        if found != tuple(shape):
+            raise TinyInferError(f"tensor {full!r} has shape {list(found)}, expected {list(shape)} from config.json")
+        return checkpoint.get(full, dtype)
+
+    return get
+
+
+def linear(get: Getter, name: str, d_in: int, d_out: int) -> np.ndarray:
+    """An nn.Linear weight ([out, in] on disk) as a contiguous [in, out] array."""
+    return np.ascontiguousarray(get(name, (d_out, d_in)).T)  # [out, in] -> [in, out]
+
+
+def norm(get: Getter, prefix: str, d: int, with_bias: bool) -> dict:
+    weights = {"weight": get(f"{prefix}.weight", (d,))}
+    if with_bias:
+        weights["bias"] = get(f"{prefix}.bias", (d,))
+    return weights
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# GPT-2: Conv1D layers already store [in, out]; q, k and v come fused in one c_attn matrix.
+# ---------------------------------------------------------------------------------------------------------------
+
+def gpt2_params(get: Getter, cfg: Config) -> dict:
+    d, V = cfg.d_model, cfg.vocab_size
+    layers = []
+    for i in range(cfg.n_layers):
+        p = f"h.{i}"
+        qkv = get(f"{p}.attn.c_attn.weight", (d, 3 * d))
+        qkv_bias = get(f"{p}.attn.c_attn.bias", (3 * d,))
+        q, k, v = (np.ascontiguousarray(w) for w in np.split(qkv, 3, axis=1))  # [d, 3d] -> 3 x [d, d]
+        q_bias, k_bias, v_bias = np.split(qkv_bias, 3)  # [3d] -> 3 x [d]
+        layers.append({
+            "attn_norm": norm(get, f"{p}.ln_1", d, True),
+            "q": q, "k": k, "v": v, "q_bias": q_bias, "k_bias": k_bias, "v_bias": v_bias,
+            "o": get(f"{p}.attn.c_proj.weight", (d, d)), "o_bias": get(f"{p}.attn.c_proj.bias", (d,)),
+            "mlp_norm": norm(get, f"{p}.ln_2", d, True),
+            "mlp": {"up": get(f"{p}.mlp.c_fc.weight", (d, cfg.d_ff)), "up_bias": get(f"{p}.mlp.c_fc.bias", (cfg.d_ff,)),
+                    "down": get(f"{p}.mlp.c_proj.weight", (cfg.d_ff, d)), "down_bias": get(f"{p}.mlp.c_proj.bias", (d,))},
+        })
+    embed = get("wte.weight", (V, d))
+    return {"embed": embed, "pos_embed": get("wpe.weight", (cfg.max_seq_len, d)), "layers": layers,
+            "final_norm": norm(get, "ln_f", d, True), "lm_head": embed.T}  # tied: [V, d] -> [d, V] view
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Llama family (llama, mistral, qwen2, qwen3): nn.Linear layers, RMSNorm, SwiGLU.
+# ---------------------------------------------------------------------------------------------------------------
+
+def llama_attention(get: Getter, cfg: Config, p: str) -> dict:
+    """q/k/v/o projections of one layer (`p` = "model.layers.{i}.self_attn"), biases and q/k norms as configured."""
+    d, q_dim, kv_dim = cfg.d_model, cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
+    attn = {"q": linear(get, f"{p}.q_proj.weight", d, q_dim), "k": linear(get, f"{p}.k_proj.weight", d, kv_dim),
+            "v": linear(get, f"{p}.v_proj.weight", d, kv_dim), "o": linear(get, f"{p}.o_proj.weight", q_dim, d)}
+    if cfg.qkv_bias:
+        attn |= {"q_bias": get(f"{p}.q_proj.bias", (q_dim,)), "k_bias": get(f"{p}.k_proj.bias", (kv_dim,)),
+                 "v_bias": get(f"{p}.v_proj.bias", (kv_dim,))}
+    if cfg.o_bias:
+        attn["o_bias"] = get(f"{p}.o_proj.bias", (d,))
+    if cfg.qk_norm:
+        attn |= {"q_norm": get(f"{p}.q_norm.weight", (cfg.head_dim,)), "k_norm": get(f"{p}.k_norm.weight", (cfg.head_dim,))}
+    return attn
+
+
+def swiglu_mlp(get: Getter, p: str, d: int, d_ff: int, with_bias: bool = False) -> dict:
+    mlp = {"gate": linear(get, f"{p}.gate_proj.weight", d, d_ff), "up": linear(get, f"{p}.up_proj.weight", d, d_ff),
+           "down": linear(get, f"{p}.down_proj.weight", d_ff, d)}
+    if with_bias:
+        mlp |= {"gate_bias": get(f"{p}.gate_proj.bias", (d_ff,)), "up_bias": get(f"{p}.up_proj.bias", (d_ff,)),
+                "down_bias": get(f"{p}.down_proj.bias", (d,))}
+    return mlp
+
+
+def llama_params(get: Getter, cfg: Config, mlp_params: Callable | None = None) -> dict:
+    """`mlp_params(get, cfg, i)` builds layer i's MLP; MoE architectures pass their own."""
+    d, V = cfg.d_model, cfg.vocab_size
+    mlp_params = mlp_params or (lambda g, c, i: swiglu_mlp(g, f"model.layers.{i}.mlp", c.d_model, c.d_ff, c.mlp_bias))
+    layers = []
+    for i in range(cfg.n_layers):
+        p = f"model.layers.{i}"
+        layers.append({
+            "attn_norm": norm(get, f"{p}.input_layernorm", d, False),
+            **llama_attention(get, cfg, f"{p}.self_attn"),
+            "mlp_norm": norm(get, f"{p}.post_attention_layernorm", d, False),
+            "mlp": mlp_params(get, cfg, i),
+        })
+    embed = get("model.embed_tokens.weight", (V, d))
+    # tied: the embedding table doubles as the output layer, [V, d] -> [d, V] as a view, no copy
+    lm_head = embed.T if cfg.tie_word_embeddings else linear(get, "lm_head.weight", d, V)
+    return {"embed": embed, "layers": layers, "final_norm": norm(get, "model.norm", d, False), "lm_head": lm_head}
+
+
+# model_type -> (function building params, name prefixes some checkpoints add)
+PARAM_BUILDERS = {
+    "gpt2": (gpt2_params, ("transformer.",)),
+    "llama": (llama_params, ()),
+    "mistral": (llama_params, ()),
+    "qwen2": (llama_params, ()),
+    "qwen3": (llama_params, ()),
+}
+
+
+def load_params(checkpoint: Checkpoint, cfg: Config, dtype=np.float32) -> dict:
+    """Read every parameter of `cfg`'s architecture from `checkpoint`, as `dtype` arrays on the host."""
+    if cfg.model_type not in PARAM_BUILDERS:
+        raise TinyInferError(f"no weight mapping for model_type {cfg.model_type!r}; supported: {', '.join(sorted(PARAM_BUILDERS))}")
+    build, prefixes = PARAM_BUILDERS[cfg.model_type]
+    return build(tensor_getter(checkpoint, dtype, prefixes), cfg)
