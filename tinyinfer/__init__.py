@@ -3,5 +3,7 @@
 __version__ = "0.1.0"
 
 from tinyinfer.errors import TinyInferError  # noqa: E402
+from tinyinfer.loading import load  # noqa: E402
+from tinyinfer.sampling import SamplingParams  # noqa: E402
 
-__all__ = ["TinyInferError", "__version__"]
+__all__ = ["SamplingParams", "TinyInferError", "__version__", "load"]

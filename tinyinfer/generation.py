@@ -1,0 +1,190 @@
+"""Generation: the loop that turns a prompt into a continuation, one token at a time.
+
+    prefill:  the whole prompt through the model once -> logits of the next token     (time to first token)
+    decode:   sample a token, feed it back, get the next logits; repeat               (time per output token)
+    until:    an EOS token, a stop token, or max_tokens
+
+The KV cache is allocated once for prompt + max_tokens, so the loop never copies it. A prompt that cannot fit
+in the context window with its max_tokens is refused before any work is done.
+
+    >>> model = tinyinfer.load("shakespeare")                                  # doctest: +SKIP
+    >>> model.generate("ROMEO:", max_tokens=20, temperature=0).text             # doctest: +SKIP
+    >>> for piece in (stream := model.generate("ROMEO:", stream=True)):         # doctest: +SKIP
+    ...     print(piece, end="")
+    >>> stream.result.finish_reason                                             # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Iterator
+
+from tinyinfer.errors import TinyInferError
+from tinyinfer.model import SeqChunk
+from tinyinfer.sampling import Sampler, SamplingParams, TokenChoice
+
+
+@dataclass
+class Timings:
+    """Where the time of one request went. TTFT = prefill (+ first sample); TPOT = mean decode step."""
+
+    ttft_s: float = 0.0
+    decode_s: float = 0.0  # total time of the decode steps after the first token
+    output_tokens: int = 0
+
+    @property
+    def tpot_s(self) -> float:
+        return self.decode_s / max(self.output_tokens - 1, 1)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return (self.output_tokens - 1) / self.decode_s if self.decode_s > 0 else 0.0
+
+
+@dataclass
+class GenerationResult:
+    text: str
+    token_ids: list[int]
+    finish_reason: str  # "eos" | "stop" | "length"
+    prompt_tokens: int
+    timings: Timings
+    logprobs: list[TokenChoice] | None = None
+    prompt_ids: list[int] = field(default_factory=list)
+
+
+class GenerationStream:
+    """Iterate to get the text as it is produced; `.result` holds the GenerationResult once done."""
+
+    def __init__(self, model, prompt_ids: list[int], params: SamplingParams, constraint=None):
+        self.result: GenerationResult | None = None
+        self._pieces = _run(model, prompt_ids, params, constraint, self)
+
+    def __iter__(self) -> Iterator[str]:
+        return self._pieces
+
+
+def encode_prompt(model, prompt) -> list[int]:
+    """Token ids of a prompt given as text (encoded with the model's tokenizer) or as ids."""
+    if isinstance(prompt, str):
+        if model.tokenizer is None:
+            raise TinyInferError("this model has no tokenizer: pass token ids, or load it with tokenizer=PATH")
+        return model.tokenizer.encode(prompt)
+    ids = [int(i) for i in prompt]
+    if not ids:
+        raise TinyInferError("the prompt is empty: give at least one token")
+    return ids
+
+
+def resolve_params(model, params: SamplingParams | None, overrides: dict) -> SamplingParams:
+    """The request's SamplingParams: given ones, or the checkpoint's defaults with keyword overrides."""
+    if params is None:
+        params = SamplingParams.from_generation_config(model.generation_config, **overrides)
+    elif overrides:
+        raise TinyInferError("pass either a SamplingParams object or keyword parameters, not both")
+    return params.validate_for(model.config.vocab_size)
+
+
+def check_fits(model, n_prompt: int, max_tokens: int) -> None:
+    limit = model.config.max_seq_len
+    if n_prompt + max_tokens > limit:
+        raise TinyInferError(
+            f"prompt ({n_prompt} tokens) + max_tokens ({max_tokens}) = {n_prompt + max_tokens} exceeds the context "
+            f"window of {limit} tokens: shorten the prompt or lower max_tokens"
+        )
+
+
+def generate_tokens(model, prompt_ids: list[int], sampler: Sampler, timings: Timings) -> Iterator[TokenChoice]:
+    """The bare loop: prefill once, then one decode step per token; yields each sampled TokenChoice.
+
+    The caller decides when to stop (it simply stops iterating); at most `max_tokens` tokens are produced.
+    """
+    # BEGIN EXERCISE 5.2: prefill once, then decode one token at a time through the KV cache
+    max_tokens = sampler.params.max_tokens
+    cache = model.new_cache(max_seqs=1, max_len=len(prompt_ids) + max_tokens)
+    start = time.perf_counter()
+    logits = model.forward([SeqChunk(0, 0, prompt_ids)], cache)  # prefill: [1, V]
+    position = len(prompt_ids)
+    for step in range(max_tokens):
+        choice = sampler.sample(logits[0])
+        now = time.perf_counter()
+        if step == 0:
+            timings.ttft_s = now - start
+        else:
+            timings.decode_s += now - start
+        timings.output_tokens += 1
+        yield choice
+        if step + 1 == max_tokens:
+            return
+        start = time.perf_counter()
+        logits = model.forward([SeqChunk(0, position, [choice.token_id])], cache)  # decode: [1, V]
+        position += 1
+    # END EXERCISE 5.2
+
+
+def stop_ids(model, params: SamplingParams) -> set[int]:
+    """Token ids that end generation: the model's EOS ids (unless ignore_eos) and the request's stop ids."""
+    ids = set(params.stop_token_ids)
+    if not params.ignore_eos:
+        ids |= set(model.config.eos_token_ids)
+        if model.tokenizer is not None and model.tokenizer.eos_token_id is not None:
+            ids.add(model.tokenizer.eos_token_id)
+    return ids
+
+
+def _run(model, prompt_ids: list[int], params: SamplingParams, constraint, out: GenerationStream) -> Iterator[str]:
+    sampler = Sampler(params, prompt_ids, constraint)
+    timings = Timings()
+    enders = stop_ids(model, params)
+    detok = _detokenizer(model)
+    tokens, choices, finish_reason = [], [], "length"
+    for choice in generate_tokens(model, prompt_ids, sampler, timings):
+        if choice.token_id in enders:
+            finish_reason = "eos" if choice.token_id not in params.stop_token_ids else "stop"
+            break
+        tokens.append(choice.token_id)
+        choices.append(choice)
+        if detok is not None:
+            piece = detok.push(choice.token_id)
+            if piece:
+                yield piece
+    if detok is not None:
+        tail = detok.flush()
+        if tail:
+            yield tail
+    text = model.tokenizer.decode(tokens) if model.tokenizer is not None else ""
+    out.result = GenerationResult(text, tokens, finish_reason, len(prompt_ids), timings,
+                                  choices if params.logprobs is not None else None, prompt_ids)
+
+
+def _detokenizer(model):
+    if model.tokenizer is None:
+        return None
+    from tinyinfer.tokenizer import StreamingDetokenizer  # noqa: PLC0415
+
+    return StreamingDetokenizer(model.tokenizer)
+
+
+def generate(model, prompt, params: SamplingParams | None = None, *, stream: bool = False, constraint=None,
+             **overrides):
+    """Generate a continuation of `prompt` (text or token ids).
+
+    `params` is a SamplingParams, or give its fields as keywords (max_tokens=50, temperature=0, seed=1, ...);
+    unspecified fields come from the checkpoint's generation_config.json. Returns a GenerationResult, or with
+    `stream=True` a GenerationStream yielding text pieces whose `.result` is set at the end.
+    """
+    params = resolve_params(model, params, overrides)
+    prompt_ids = encode_prompt(model, prompt)
+    check_fits(model, len(prompt_ids), params.max_tokens)
+    out = GenerationStream(model, prompt_ids, params, constraint)
+    if stream:
+        return out
+    for _ in out:
+        pass
+    return out.result
+
+
+def greedy_tokens(model, prompt_ids: list[int], n: int) -> list[int]:
+    """The next n greedy token ids, EOS ignored (for parity checks against other implementations)."""
+    return generate(model, prompt_ids, max_tokens=n, temperature=0.0, ignore_eos=True).token_ids
+
