@@ -81,6 +81,13 @@ def _config(h: dict, path: Path) -> Config:
     )
 
 
+def llama2c_config(path: Path) -> Config:
+    """The Config in a llama2.c file's header (the weights are not read)."""
+    with open(path, "rb") as f:
+        head = f.read(256)
+    return _config(read_header(head, Path(path))[0], Path(path))
+
+
 def load_llama2c(path: Path) -> tuple[Config, dict]:
     """Config and tinyinfer params (see tinyinfer/weights.py for the layout) of a llama2.c .bin file."""
     path = Path(path)

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from tinyinfer.config import load_hf_config, read_json
+from tinyinfer.config import Config, load_hf_config, read_json
 from tinyinfer.errors import TinyInferError
 from tinyinfer.model import Model
 from tinyinfer.safetensors_io import Checkpoint
@@ -33,6 +33,16 @@ def resolve_path(model) -> Path:
     except ImportError:
         raise TinyInferError(f"model {str(model)!r} not found: give a model folder or a llama2.c .bin file") from None
     return resolve_model(str(model))
+
+
+def read_config(model) -> Config:
+    """Only the Config of a model (folder, config.json, llama2.c file or name): no weights are read."""
+    path = resolve_path(model)
+    if path.is_dir() or path.suffix in (".json", ".safetensors"):
+        return load_hf_config(path if path.is_dir() else path.parent)
+    from tinyinfer.llama2c import llama2c_config  # noqa: PLC0415
+
+    return llama2c_config(path)
 
 
 def load(model=None, device: str = "cpu", dtype=None, tokenizer=None) -> Model:

@@ -1,0 +1,68 @@
+"""Memory arithmetic: what a model costs to hold, and how fast it can possibly decode.
+
+    weights bytes          = parameters x bytes per parameter
+    KV bytes per token     = 2 (K and V) x layers x kv_heads x head_dim x bytes per number
+    KV bytes per sequence  = KV bytes per token x context length;  x batch for the whole batch
+    decode bound (tok/s)   = memory bandwidth / bytes read per token   (every step re-reads all weights)
+
+The chapter's worked example, a 70B model with grouped-query attention (80 layers, 8 KV heads, head_dim 128)
+in fp16:
+
+    >>> kv_bytes_per_token(80, 8, 128, BYTES_PER_PARAM["fp16"])   # ~0.31 MiB
+    327680
+    >>> kv_bytes_per_token(80, 8, 128, 2) * 8000 / 2**30           # one 8,000-token conversation, GiB
+    2.44140625
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from tinyinfer.config import Config
+
+BYTES_PER_PARAM = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0, "int8": 1.0, "int4": 0.5}
+
+
+def kv_bytes_per_token(n_layers: int, n_kv_heads: int, head_dim: int, bytes_per_number: float) -> int:
+    """2 x layers x kv_heads x head_dim x bytes: what one token adds to the KV cache."""
+    # BEGIN EXERCISE 2.2: KV-cache bytes per token
+    return int(2 * n_layers * n_kv_heads * head_dim * bytes_per_number)
+    # END EXERCISE 2.2
+
+
+def param_count(cfg: Config) -> int:
+    """Parameters of a dense model, from its config alone (a tied LM head counted once)."""
+    d, hd = cfg.d_model, cfg.head_dim
+    q_dim, kv_dim = cfg.n_heads * hd, cfg.n_kv_heads * hd
+    norm = d * (2 if cfg.norm == "layernorm" else 1)
+    attention = d * q_dim + 2 * d * kv_dim + q_dim * d
+    attention += (q_dim + 2 * kv_dim) * cfg.qkv_bias + d * cfg.o_bias + 2 * hd * cfg.qk_norm
+    n_mats = 3 if cfg.mlp == "swiglu" else 2
+    mlp = n_mats * d * cfg.d_ff + (cfg.d_ff * (n_mats - 1) + d) * cfg.mlp_bias
+    layers = cfg.n_layers * (2 * norm + attention + mlp)
+    embed = cfg.vocab_size * d + (cfg.max_seq_len * d if cfg.position == "learned" else 0)
+    lm_head = 0 if cfg.tie_word_embeddings else cfg.vocab_size * d
+    return embed + layers + norm + lm_head
+
+
+def weight_bytes(n_params: int, dtype: str) -> float:
+    return n_params * BYTES_PER_PARAM[dtype]
+
+
+def decode_bound_tokens_per_s(bytes_per_token: float, bandwidth_bytes_per_s: float) -> float:
+    """Upper bound on decode tokens/s of one stream: every weight (and the cache) is read once per token."""
+    return bandwidth_bytes_per_s / bytes_per_token
+
+
+def measure_copy_bandwidth(n_bytes: int = 256 * 2**20, repeats: int = 5) -> float:
+    """Host memory bandwidth in bytes/s, from the best of a few large array copies (read + write counted)."""
+    src = np.ones(n_bytes // 4, dtype=np.float32)
+    dst = np.empty_like(src)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        np.copyto(dst, src)
+        best = min(best, time.perf_counter() - start)
+    return 2 * src.nbytes / best
