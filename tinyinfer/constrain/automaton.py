@@ -1,0 +1,164 @@
+"""Compile a Grammar into a recursive transition network over bytes.
+
+Each rule becomes a small nondeterministic automaton (Thompson's construction) whose edges are of three
+kinds: a *byte edge* (consume one byte in lo..hi), an *epsilon edge* (move without consuming), and a *call
+edge* (run another rule from its start, then continue at a return state). One rule's automaton ends in a
+single end state. Calls give the network the power of a pushdown automaton: recursion such as JSON's
+nested arrays needs a stack, which parser.py keeps.
+
+    root ::= "a" root? "b"        ->   s0 -a-> s1 -call root-> s2 -b-> end(root)
+                                                  \\---eps---/
+
+Characters become UTF-8 byte-range chains (utf8.py). `{m,n}` is expanded into copies, so its cost grows
+with n. Left recursion (`x ::= x "a" | "b"`) would make the stack grow without consuming input; it is
+refused at compile time with the rule's name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tinyinfer.constrain.grammar import Alt, CharClass, Grammar, Literal, Ref, Repeat, Seq, class_code_points
+from tinyinfer.constrain.utf8 import utf8_sequences
+from tinyinfer.errors import TinyInferError
+
+
+@dataclass
+class Network:
+    """All rules' automata in one numbering of states."""
+
+    byte_edges: list[list[tuple[int, int, int]]] = field(default_factory=list)  # state -> [(lo, hi, target)]
+    eps_edges: list[list[int]] = field(default_factory=list)  # state -> [target]
+    call_edges: list[list[tuple[int, int]]] = field(default_factory=list)  # state -> [(callee start, return)]
+    end_of: list[str | None] = field(default_factory=list)  # state -> rule it ends, or None
+    rule_start: dict[str, int] = field(default_factory=dict)
+    rule_end: dict[str, int] = field(default_factory=dict)
+    root: str = "root"
+
+    def new_state(self) -> int:
+        self.byte_edges.append([])
+        self.eps_edges.append([])
+        self.call_edges.append([])
+        self.end_of.append(None)
+        return len(self.byte_edges) - 1
+
+    @property
+    def n_states(self) -> int:
+        return len(self.byte_edges)
+
+
+def compile_grammar(grammar: Grammar) -> Network:
+    """Build the network for every rule; check references and left recursion."""
+    net = Network(root=grammar.root)
+    if grammar.root not in grammar.rules:
+        raise TinyInferError(f"grammar has no {grammar.root!r} rule to start from")
+    for name in grammar.rules:
+        net.rule_start[name] = net.new_state()
+        net.rule_end[name] = net.new_state()
+        net.end_of[net.rule_end[name]] = name
+    for name, expr in grammar.rules.items():
+        _build(net, grammar, expr, net.rule_start[name], net.rule_end[name], name)
+    _check_left_recursion(net)
+    return net
+
+
+def _build(net: Network, grammar: Grammar, expr, start: int, end: int, rule: str) -> None:
+    """Add states and edges so that paths start -> end spell exactly the strings of `expr`."""
+    if isinstance(expr, Literal):
+        data = expr.text.encode("utf-8")
+        if not data:
+            net.eps_edges[start].append(end)
+        for i, byte in enumerate(data):
+            nxt = end if i == len(data) - 1 else net.new_state()
+            net.byte_edges[start].append((byte, byte, nxt))
+            start = nxt
+    elif isinstance(expr, CharClass):
+        for lo, hi in class_code_points(expr):
+            for byte_ranges in utf8_sequences(lo, hi):
+                state = start
+                for i, (blo, bhi) in enumerate(byte_ranges):
+                    nxt = end if i == len(byte_ranges) - 1 else net.new_state()
+                    net.byte_edges[state].append((blo, bhi, nxt))
+                    state = nxt
+    elif isinstance(expr, Seq):
+        if not expr.items:
+            net.eps_edges[start].append(end)
+        for i, item in enumerate(expr.items):
+            nxt = end if i == len(expr.items) - 1 else net.new_state()
+            _build(net, grammar, item, start, nxt, rule)
+            start = nxt
+    elif isinstance(expr, Alt):
+        for option in expr.options:
+            _build(net, grammar, option, start, end, rule)
+    elif isinstance(expr, Repeat):
+        _build_repeat(net, grammar, expr, start, end, rule)
+    elif isinstance(expr, Ref):
+        if expr.name not in grammar.rules:
+            raise TinyInferError(f"rule {rule!r} refers to undefined rule {expr.name!r}; define `{expr.name} ::= ...`")
+        net.call_edges[start].append((net.rule_start[expr.name], end))
+    else:
+        raise TypeError(f"not a grammar expression: {expr!r}")
+
+
+def _build_repeat(net: Network, grammar: Grammar, expr: Repeat, start: int, end: int, rule: str) -> None:
+    for _ in range(expr.min):  # mandatory copies
+        nxt = net.new_state()
+        _build(net, grammar, expr.item, start, nxt, rule)
+        start = nxt
+    if expr.max is None:  # a loop on a fresh state (never loop back into a state other parts share)
+        loop, body_end = net.new_state(), net.new_state()
+        net.eps_edges[start].append(loop)
+        _build(net, grammar, expr.item, loop, body_end, rule)
+        net.eps_edges[body_end].append(loop)
+        net.eps_edges[loop].append(end)
+        return
+    for _ in range(expr.max - expr.min):  # optional copies: may stop before each one
+        net.eps_edges[start].append(end)
+        nxt = net.new_state()
+        _build(net, grammar, expr.item, start, nxt, rule)
+        start = nxt
+    net.eps_edges[start].append(end)
+
+
+def _left_calls(net: Network, start: int, nullable: set[str], rule_at: dict[int, str]) -> tuple[set[str], bool]:
+    """Rules called before any byte is consumed from `start`, and whether the rule's end is reachable so."""
+    seen, work, called, reaches_end = {start}, [start], set(), False
+    while work:
+        state = work.pop()
+        reaches_end |= net.end_of[state] is not None
+        targets = list(net.eps_edges[state])
+        for callee_start, ret in net.call_edges[state]:
+            callee = rule_at[callee_start]
+            called.add(callee)
+            if callee in nullable:
+                targets.append(ret)
+        for target in targets:
+            if target not in seen:
+                seen.add(target)
+                work.append(target)
+    return called, reaches_end
+
+
+def _check_left_recursion(net: Network) -> None:
+    rule_at = {start: name for name, start in net.rule_start.items()}
+    nullable: set[str] = set()
+    changed = True
+    while changed:  # a rule is nullable when its end is reachable through nullable calls only
+        changed = False
+        for name, start in net.rule_start.items():
+            if name not in nullable and _left_calls(net, start, nullable, rule_at)[1]:
+                nullable.add(name)
+                changed = True
+    left = {name: _left_calls(net, start, nullable, rule_at)[0] for name, start in net.rule_start.items()}
+    for name in left:  # depth-first search for a cycle name -> ... -> name
+        stack, seen = list(left[name]), set()
+        while stack:
+            callee = stack.pop()
+            if callee == name:
+                raise TinyInferError(
+                    f"rule {name!r} is left-recursive (it can call itself before reading a character); "
+                    f"rewrite it with repetition, e.g. `list ::= item (\",\" item)*`"
+                )
+            if callee not in seen:
+                seen.add(callee)
+                stack.extend(left[callee])
