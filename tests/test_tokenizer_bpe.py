@@ -1,0 +1,65 @@
+"""BPE's two core steps (course exercises 1.1 and 1.2), checked against independent slow references."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tinyinfer.tokenizer.bpe import apply_merges, merge
+
+
+def reference_merge(ids: list[int], pair: tuple[int, int], new_id: int) -> list[int]:
+    """str.replace is a non-overlapping, left-to-right replacement: the same contract as merge."""
+    as_text = "".join(map(chr, ids))
+    return [ord(c) for c in as_text.replace(chr(pair[0]) + chr(pair[1]), chr(new_id))]
+
+
+def reference_apply_merges(symbols: list[int], ranks: dict) -> list[int]:
+    """The textbook O(n^2) loop: find the lowest-rank pair (leftmost on ties), merge it there, repeat."""
+    symbols = list(symbols)
+    while True:
+        candidates = [(ranks[p][0], i) for i, p in enumerate(zip(symbols, symbols[1:])) if p in ranks]
+        if not candidates:
+            return symbols
+        _, i = min(candidates)
+        symbols[i:i + 2] = [ranks[(symbols[i], symbols[i + 1])][1]]
+
+
+small_ids = st.lists(st.integers(0, 3), max_size=40)
+
+
+@pytest.mark.exercise("1.1")
+@settings(max_examples=300, deadline=None)
+@given(small_ids, st.tuples(st.integers(0, 3), st.integers(0, 3)))
+def test_merge_matches_reference(ids, pair):
+    assert merge(ids, pair, 99) == reference_merge(ids, pair, 99)
+
+
+@pytest.mark.exercise("1.1")
+def test_merge_overlapping_run_takes_leftmost_pairs():
+    assert merge([5, 5, 5], (5, 5), 6) == reference_merge([5, 5, 5], (5, 5), 6)
+    assert merge([1], (1, 2), 3) == [1]
+
+
+@st.composite
+def word_and_ranks(draw):
+    """A random word over 4 symbols and a random merge table whose merged ids are fresh (>= 10)."""
+    word = draw(st.lists(st.integers(0, 3), max_size=60))
+    pairs = draw(st.lists(st.tuples(st.integers(0, 12), st.integers(0, 12)), unique=True, max_size=30))
+    ranks = {pair: (rank, 10 + rank) for rank, pair in enumerate(pairs)}
+    return word, ranks
+
+
+@pytest.mark.exercise("1.2")
+@settings(max_examples=300, deadline=None)
+@given(word_and_ranks())
+def test_apply_merges_matches_textbook_loop(case):
+    word, ranks = case
+    assert apply_merges(word, ranks.get) == reference_apply_merges(word, ranks)
+
+
+@pytest.mark.exercise("1.2")
+def test_apply_merges_equal_ranks_go_leftmost():
+    ranks = {(1, 1): (0, 2)}
+    assert apply_merges([1, 1, 1], ranks.get) == reference_apply_merges([1, 1, 1], ranks) == [2, 1]

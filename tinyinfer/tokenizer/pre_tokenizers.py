@@ -1,0 +1,154 @@
+"""Pre-tokenizers: cut normalized text into pieces ("words") before BPE, as tokenizer.json declares.
+
+BPE never merges across a piece boundary, so the split decides what can become one token: GPT-2 keeps
+" world" together but never joins "world" with the "." after it. Each step maps a list of pieces to a
+finer list; a `Sequence` runs its steps in order. The semantics follow the Hugging Face `tokenizers`
+library (its Rust source is the reference), e.g. for GPT-2's ByteLevel step:
+
+    ByteLevel().split(["Hello world!"], at_start=True) -> ['Hello', 'Ġworld', '!']
+
+`at_start` says whether the first piece begins the whole input (Metaspace's prepend_scheme "first").
+"""
+
+from __future__ import annotations
+
+import regex
+
+from tinyinfer.errors import TinyInferError
+from tinyinfer.tokenizer.byte_level import GPT2_SPLIT_PATTERN, to_byte_level
+
+# Rust's char::is_ascii_punctuation() or char::is_punctuation() (Unicode categories P*).
+PUNCTUATION = r"[!-/:-@\[-`{-~\p{P}]"
+NUMERIC = r"\p{N}"  # Rust's char::is_numeric(): categories Nd, Nl, No
+
+
+def split_by_pattern(text: str, pattern: regex.Pattern, behavior: str, invert: bool = False) -> list[str]:
+    """Split `text` around the matches of `pattern`; `behavior` says where each match goes.
+
+    With pattern r"-": Removed 'a-b' -> ['a', 'b'], Isolated -> ['a', '-', 'b'],
+    MergedWithPrevious -> ['a-', 'b'], MergedWithNext -> ['a', '-b'], Contiguous 'a--b' -> ['a', '--', 'b'].
+    """
+    spans, prev = [], 0  # (start, end, is_match) covering the whole text
+    for m in pattern.finditer(text):
+        if prev != m.start():
+            spans.append([prev, m.start(), invert])
+        spans.append([m.start(), m.end(), not invert])
+        prev = m.end()
+    if prev != len(text):
+        spans.append([prev, len(text), invert])
+    if behavior == "Removed":
+        kept = [s for s in spans if not s[2]]
+    elif behavior == "Isolated":
+        kept = spans
+    elif behavior in ("Contiguous", "MergedWithPrevious"):
+        kept, previous_match = [], False
+        for span in spans:
+            joins = span[2] == previous_match if behavior == "Contiguous" else span[2] and not previous_match
+            if joins and kept:
+                kept[-1][1] = span[1]
+            else:
+                kept.append(span)
+            previous_match = span[2]
+    elif behavior == "MergedWithNext":
+        kept, previous_match = [], False
+        for span in reversed(spans):
+            if span[2] and not previous_match and kept:
+                kept[-1][0] = span[0]
+            else:
+                kept.append(span)
+            previous_match = span[2]
+        kept.reverse()
+    else:
+        raise TinyInferError(f"unknown split behavior {behavior!r} in tokenizer.json; expected Removed, Isolated, Contiguous, MergedWithPrevious or MergedWithNext")
+    return [text[start:end] for start, end, _ in kept if end > start]
+
+
+class Split:
+    """Split on a literal string or a regex (tokenizer.json "Split": Llama-3, Qwen, Falcon)."""
+
+    def __init__(self, pattern: regex.Pattern, behavior: str, invert: bool = False):
+        self.pattern, self.behavior, self.invert = pattern, behavior, invert
+
+    def split(self, pieces: list[str], at_start: bool) -> list[str]:
+        return [p for piece in pieces for p in split_by_pattern(piece, self.pattern, self.behavior, self.invert)]
+
+
+class ByteLevel:
+    """GPT-2: optionally prefix a space, cut with GPT-2's regex, then spell each piece's bytes as characters."""
+
+    def __init__(self, add_prefix_space: bool = False, use_regex: bool = True):
+        self.add_prefix_space, self.use_regex = add_prefix_space, use_regex
+        self.pattern = regex.compile(GPT2_SPLIT_PATTERN)
+
+    def split(self, pieces: list[str], at_start: bool) -> list[str]:
+        out = []
+        for piece in pieces:
+            if self.add_prefix_space and not piece.startswith(" "):
+                piece = " " + piece
+            chunks = self.pattern.findall(piece) if self.use_regex else [piece]
+            out.extend(to_byte_level(chunk) for chunk in chunks)
+        return out
+
+
+class Metaspace:
+    """SentencePiece: spaces become '▁', a '▁' is prepended, and (optionally) each word starts at a '▁'."""
+
+    def __init__(self, replacement: str = "▁", prepend_scheme: str = "always", split: bool = True):
+        self.replacement, self.prepend_scheme, self.split_words = replacement, prepend_scheme, split
+        self.pattern = regex.compile(regex.escape(replacement))
+
+    def split(self, pieces: list[str], at_start: bool) -> list[str]:
+        out = []
+        for i, piece in enumerate(pieces):
+            piece = piece.replace(" ", self.replacement)
+            first = at_start and i == 0
+            if not piece.startswith(self.replacement) and (self.prepend_scheme == "always" or (self.prepend_scheme == "first" and first)):
+                piece = self.replacement + piece
+            out.extend(split_by_pattern(piece, self.pattern, "MergedWithNext") if self.split_words else [piece])
+        return out
+
+
+class Sequence:
+    def __init__(self, steps: list):
+        self.steps = steps
+
+    def split(self, pieces: list[str], at_start: bool) -> list[str]:
+        for step in self.steps:
+            pieces = step.split(pieces, at_start)
+        return pieces
+
+
+def compile_pattern(spec: dict) -> regex.Pattern:
+    """A tokenizer.json pattern: {"String": "▁"} is literal, {"Regex": "\\s+"} a regular expression."""
+    if "String" in spec:
+        return regex.compile(regex.escape(spec["String"]))
+    if "Regex" in spec:
+        return regex.compile(spec["Regex"])
+    raise TinyInferError(f"unknown pattern {spec!r} in tokenizer.json; expected {{'String': ...}} or {{'Regex': ...}}")
+
+
+def build_pre_tokenizer(spec: dict | None):
+    """The pre-tokenizer a tokenizer.json "pre_tokenizer" entry describes (None: the whole text is one piece)."""
+    if spec is None:
+        return None
+    kind = spec.get("type")
+    if kind == "Sequence":
+        return Sequence([build_pre_tokenizer(s) for s in spec["pretokenizers"]])
+    if kind == "ByteLevel":
+        return ByteLevel(spec.get("add_prefix_space", False), spec.get("use_regex", True))
+    if kind == "Split":
+        return Split(compile_pattern(spec["pattern"]), spec["behavior"], spec.get("invert", False))
+    if kind == "Digits":
+        pattern = NUMERIC if spec.get("individual_digits", False) else NUMERIC + "+"
+        return Split(regex.compile(pattern), "Isolated")
+    if kind == "Punctuation":
+        return Split(regex.compile(PUNCTUATION), spec.get("behavior", "Isolated"))
+    if kind == "Whitespace":
+        return Split(regex.compile(r"\w+|[^\w\s]+"), "Removed", invert=True)
+    if kind == "WhitespaceSplit":
+        return Split(regex.compile(r"\s"), "Removed")
+    if kind == "Metaspace":
+        scheme = spec.get("prepend_scheme", "always" if spec.get("add_prefix_space", True) else "never")
+        return Metaspace(spec.get("replacement", "▁"), scheme, spec.get("split", True))
+    raise TinyInferError(f"tokenizer.json uses the pre-tokenizer {kind!r}, which tinyinfer does not implement "
+                         "(supported: ByteLevel, Split, Digits, Punctuation, Whitespace, WhitespaceSplit, Metaspace, Sequence)")

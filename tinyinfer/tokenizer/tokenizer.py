@@ -1,0 +1,206 @@
+"""The Tokenizer: text <-> token ids, through the pipeline a tokenizer.json file describes.
+
+    encode: text -> split out added tokens -> normalize -> pre-tokenize into words -> BPE each word
+            -> post-process (BOS/EOS)
+    decode: ids -> token strings -> decoder steps -> text
+
+Each stage is its own small module (added_tokens, normalizers, pre_tokenizers, bpe, post_processors,
+decoders) built from its tokenizer.json entry; an entry tinyinfer does not implement is a clear error
+naming it. llama2.c's tokenizer.bin (llama2c.py) and training (train.py) produce the same Tokenizer.
+
+Decisions where the reference library has no single answer:
+- A Python str may hold lone surrogates (U+D800..U+DFFF), which are not text and have no UTF-8 form
+  (the Hugging Face library refuses such a str). tinyinfer encodes each of them as U+FFFD.
+- tokenizer.json may carry truncation and padding settings (GPT-2's file truncates to 50 tokens).
+  They belong to training pipelines, so encode ignores them: a prompt is never cut silently.
+- An id outside the vocabulary is an error (the reference drops it silently).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import regex
+
+from tinyinfer.errors import TinyInferError
+from tinyinfer.tokenizer.added_tokens import AddedToken, AddedTokenMatcher
+from tinyinfer.tokenizer.bpe import BPE
+from tinyinfer.tokenizer.decoders import build_decoder, build_token_bytes
+from tinyinfer.tokenizer.normalizers import build_normalizer
+from tinyinfer.tokenizer.post_processors import build_post_processor
+from tinyinfer.tokenizer.pre_tokenizers import build_pre_tokenizer
+
+SURROGATE = regex.compile(r"[\ud800-\udfff]")
+# Names that mark beginning / end of sequence, used when no tokenizer_config.json says which ids they are.
+BOS_NAMES = ("<s>", "<|begin_of_text|>", "<|startoftext|>", "<bos>", "[BOS]")
+EOS_NAMES = ("</s>", "<|endoftext|>", "<|end_of_text|>", "<eos>", "[EOS]")
+
+
+class Tokenizer:
+    """A tokenizer loaded from a tokenizer.json, a model folder or a llama2.c tokenizer.bin, or trained."""
+
+    def __init__(self, spec: dict, bos_token: str | None = None, eos_token: str | None = None):
+        """Build every stage from `spec`, the parsed tokenizer.json; bos/eos_token name those tokens."""
+        self.spec = spec
+        self.model = build_model(spec.get("model") or {})
+        self.normalizer = build_normalizer(spec.get("normalizer"))
+        self.pre_tokenizer = build_pre_tokenizer(spec.get("pre_tokenizer"))
+        self.post_processor = build_post_processor(spec.get("post_processor"))
+        self.decoder = build_decoder(spec.get("decoder"))
+        piece_bytes = build_token_bytes(spec.get("decoder"))
+
+        added = [AddedToken(**{k: t[k] for k in ("id", "content", "special", "lstrip", "rstrip", "single_word", "normalized") if k in t})
+                 for t in spec.get("added_tokens") or []]
+        self.raw_added = AddedTokenMatcher({t.content: t for t in added if not t.normalized})
+        normalize = self.normalizer or (lambda s: s)
+        self.normalized_added = AddedTokenMatcher({normalize(t.content): t for t in added if t.normalized})
+        self.special_ids = frozenset(t.id for t in added if t.special)
+
+        size = max([*self.model.vocab.values(), *(t.id for t in added)], default=-1) + 1
+        self.id_to_token: list[str | None] = [None] * size
+        for token, i in self.model.vocab.items():
+            self.id_to_token[i] = token
+        self._bytes = [piece_bytes(t) if t is not None else b"" for t in self.id_to_token]
+        for t in added:
+            self.id_to_token[t.id] = t.content
+            self._bytes[t.id] = t.content.encode("utf-8")
+
+        self.token_to_id = {t: i for i, t in enumerate(self.id_to_token) if t is not None}
+        self.bos_token_id = self._special_id(bos_token, BOS_NAMES)
+        self.eos_token_id = self._special_id(eos_token, EOS_NAMES)
+
+    # ---- loading and saving -------------------------------------------------------------------------
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> Tokenizer:
+        """Load a tokenizer.json, a model folder holding one, or a llama2.c tokenizer.bin."""
+        path = Path(path)
+        if path.is_dir():
+            candidates = [path / "tokenizer.json", path / "tokenizer.bin"]
+            found = next((c for c in candidates if c.is_file()), None)
+            if found is None:
+                raise TinyInferError(f"{path} holds neither tokenizer.json nor tokenizer.bin; "
+                                     "point --model at a folder with one of them (a SentencePiece tokenizer.model alone is not supported)")
+            path = found
+        if not path.is_file():
+            raise TinyInferError(f"tokenizer file {path} does not exist; pass a tokenizer.json, a model folder, or a llama2.c tokenizer.bin")
+        if path.suffix == ".bin":
+            from tinyinfer.tokenizer.llama2c import load_llama2c_tokenizer
+            return load_llama2c_tokenizer(path)
+        try:
+            spec = json.loads(path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise TinyInferError(f"{path} is not valid JSON ({e}); re-download or re-export the tokenizer.json") from e
+        bos, eos = read_bos_eos(path.parent / "tokenizer_config.json")
+        return cls(spec, bos, eos)
+
+    def save(self, path: str | Path) -> None:
+        """Write a tokenizer.json that this class and the Hugging Face `tokenizers` library both load."""
+        Path(path).write_text(json.dumps(self.spec, ensure_ascii=False, indent=2), encoding="utf-8")
+
+    @classmethod
+    def train(cls, text: str, vocab_size: int, special_tokens: list[str] | tuple[str, ...] = ("<|endoftext|>",)) -> Tokenizer:
+        """Train a GPT-2-style byte-level BPE tokenizer on `text` (see train.py); special tokens take the last ids."""
+        from tinyinfer.tokenizer.train import byte_level_bpe_spec
+        specials = list(special_tokens)
+        return cls(byte_level_bpe_spec(text, vocab_size, specials), eos_token=specials[0] if specials else None)
+
+    # ---- encoding -----------------------------------------------------------------------------------
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        """Token ids of `text`; add_special_tokens adds what the post-processor says (e.g. BOS)."""
+        if not isinstance(text, str):
+            raise TinyInferError(f"encode takes a str, got {type(text).__name__}; decode bytes to str first")
+        text = SURROGATE.sub("\ufffd", text)
+        ids: list[int] = []
+        for i, piece in enumerate(self.raw_added.split(text)):
+            if isinstance(piece, int):
+                ids.append(piece)
+                continue
+            normalized = self.normalizer(piece) if self.normalizer else piece
+            for j, sub in enumerate(self.normalized_added.split(normalized)):
+                if isinstance(sub, int):
+                    ids.append(sub)
+                else:
+                    ids.extend(self.encode_ordinary(sub, at_start=i == 0 and j == 0))
+        if add_special_tokens and self.post_processor is not None:
+            ids = self.post_processor(ids)
+        return ids
+
+    def encode_ordinary(self, normalized: str, at_start: bool = True) -> list[int]:
+        """Ids of normalized text holding no added token: pre-tokenize into words, then BPE each word."""
+        words = self.pre_tokenizer.split([normalized], at_start) if self.pre_tokenizer else [normalized]
+        ids: list[int] = []
+        for word in words:
+            ids.extend(self.model.encode_word(word))
+        return ids
+
+    # ---- decoding -----------------------------------------------------------------------------------
+
+    def decode(self, ids, skip_special_tokens: bool = False) -> str:
+        """The text of `ids`; bytes that are not valid UTF-8 become U+FFFD, as in the reference."""
+        tokens = [self.id_to_token[i] for i in self._checked(ids) if not (skip_special_tokens and i in self.special_ids)]
+        if self.decoder is None:
+            return " ".join(tokens)
+        return "".join(self.decoder(tokens))
+
+    def token_bytes(self, token_id: int) -> bytes:
+        """The raw bytes `token_id` adds when decoded mid-sequence: token_bytes(GPT-2's 995) -> b' world'."""
+        return self._bytes[self._checked([token_id])[0]]
+
+    def _checked(self, ids) -> list[int]:
+        ids = [int(i) for i in ids]
+        for i in ids:
+            if not 0 <= i < len(self.id_to_token) or self.id_to_token[i] is None:
+                raise TinyInferError(f"token id {i} is outside this tokenizer's vocabulary (ids 0..{len(self.id_to_token) - 1}); "
+                                     "the ids come from a different model or tokenizer")
+        return ids
+
+    # ---- facts about the vocabulary -----------------------------------------------------------------
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.id_to_token)
+
+    def id_to_piece(self, token_id: int) -> str:
+        """The token's text as stored in the vocabulary ('Ġworld', '▁world', '<0x0A>', '<|user|>')."""
+        return self.id_to_token[self._checked([token_id])[0]]
+
+    def _special_id(self, name: str | None, fallback_names: tuple[str, ...]) -> int | None:
+        if name is not None:
+            return self.token_to_id.get(name)
+        return next((self.token_to_id[n] for n in fallback_names if n in self.token_to_id and self.token_to_id[n] in self.special_ids), None)
+
+    def __repr__(self) -> str:
+        return f"Tokenizer(vocab_size={self.vocab_size}, bos={self.bos_token_id}, eos={self.eos_token_id})"
+
+
+def build_model(spec: dict) -> BPE:
+    """The model stage of a tokenizer.json; only BPE is implemented (the lesson of this chapter)."""
+    kind = spec.get("type", "BPE" if "merges" in spec else None)
+    if kind != "BPE":
+        raise TinyInferError(f"tokenizer.json uses the model type {kind!r}; tinyinfer implements only BPE "
+                             "(Unigram, WordPiece and WordLevel tokenizers are not supported)")
+    if spec.get("dropout"):
+        raise TinyInferError("tokenizer.json sets BPE dropout, which makes encoding random; set model.dropout to null")
+    merges = []
+    for m in spec.get("merges", []):
+        pair = m.split(" ") if isinstance(m, str) else m  # "a b" in older files, ["a", "b"] in newer ones
+        if len(pair) != 2:
+            raise TinyInferError(f"BPE merge {m!r} in tokenizer.json is not a pair of tokens; the file is corrupt")
+        merges.append(tuple(pair))
+    return BPE(spec["vocab"], merges, unk_token=spec.get("unk_token"), byte_fallback=spec.get("byte_fallback", False),
+               fuse_unk=spec.get("fuse_unk", False), continuing_subword_prefix=spec.get("continuing_subword_prefix"),
+               end_of_word_suffix=spec.get("end_of_word_suffix"), ignore_merges=spec.get("ignore_merges", False))
+
+
+def read_bos_eos(config_path: Path) -> tuple[str | None, str | None]:
+    """bos_token and eos_token from a tokenizer_config.json beside the tokenizer.json, if there is one."""
+    if not config_path.is_file():
+        return None, None
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+
+    def name(entry):
+        return entry.get("content") if isinstance(entry, dict) else entry
+    return name(config.get("bos_token")), name(config.get("eos_token"))
