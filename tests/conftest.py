@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
+# The `exercise` marker's plumbing: `pytest --exercise 3.1`, and the outcome report for `course check`.
+from tinyinfer.course.pytest_plugin import pytest_addoption, pytest_collection_modifyitems, pytest_configure  # noqa: F401
+
 ROOT = Path(__file__).resolve().parents[1]
-# Real files made by others live beside the project, never inside it.
-SHARED_DATA = ROOT.parent / "shared" / "data"
+# Real files made by others live beside the project, never inside it. A course workspace lives elsewhere,
+# so `course check` names the project's data folder in TINYINFER_SHARED_DATA.
+SHARED_DATA = Path(os.environ.get("TINYINFER_SHARED_DATA") or ROOT.parent / "shared" / "data")
 
 
 def shared_data(relative: str) -> Path:

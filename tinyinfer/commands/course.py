@@ -1,0 +1,83 @@
+"""`tinyinfer course ...`: start a student workspace, grade it, list the exercises, verify the grading.
+
+    python -m tinyinfer course list
+    python -m tinyinfer course start ~/my-course --chapter 3      # or --only 3.1 3.2; all when neither
+    python -m tinyinfer course check 3.1 --workspace ~/my-course  # ids or chapters; the stubbed ones by default
+    python -m tinyinfer course verify                             # reference passes, every stub is caught
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from tinyinfer.course.exercises import chapter_file, find_exercises, parse_id, select_exercises
+from tinyinfer.course.grading import grade_workspace
+from tinyinfer.course.verify import table, verify_exercises
+from tinyinfer.course.workspace import project_root, read_state, start_workspace
+
+
+def add_arguments(parser) -> None:
+    sub = parser.add_subparsers(dest="course_command", metavar="ACTION", required=True)
+    sub.add_parser("list", help="list the exercises marked in the source").set_defaults(run=run_list)
+
+    start = sub.add_parser("start", help="create a workspace with exercise regions replaced by stubs")
+    start.add_argument("dir", type=Path, help="new directory for the workspace")
+    start.add_argument("--only", nargs="+", default=[], metavar="ID", help="stub only these exercises, e.g. 3.1 3.2")
+    start.add_argument("--chapter", nargs="+", type=int, default=[], metavar="N", help="stub the exercises of these chapters")
+    start.set_defaults(run=run_start)
+
+    check = sub.add_parser("check", help="grade a workspace: run the exercise tests against its code")
+    check.add_argument("ids", nargs="*", metavar="ID", help="exercise ids (3.1) or chapters (3); default: those stubbed at start")
+    check.add_argument("--workspace", type=Path, default=Path("."), help="the workspace to grade (default: the current directory)")
+    check.add_argument("--quiet", action="store_true", help="print only the table, not pytest's output")
+    check.set_defaults(run=run_check)
+
+    verify = sub.add_parser("verify", help="prove the grading: the reference passes, each stubbed exercise fails")
+    verify.add_argument("--jobs", type=int, default=2, help="stubbed workspaces graded at once (default 2)")
+    verify.set_defaults(run=run_verify)
+
+
+def run(args) -> int:  # replaced by the chosen action's run through set_defaults
+    raise AssertionError("unreachable: argparse sets the action's own run")
+
+
+def run_list(args) -> int:
+    root = project_root()
+    for e in find_exercises(root):
+        print(f"{e.id:<6} {e.title:<40} {e.where():<36} {chapter_file(root, e.chapter)}")
+    return 0
+
+
+def run_start(args) -> int:
+    root = project_root()
+    chosen = select_exercises(find_exercises(root), args.only, args.chapter)
+    workspace = start_workspace(root, args.dir, chosen)
+    print(f"created {workspace} with {len(chosen)} exercise(s) to write: {' '.join(e.id for e in chosen) or 'none'}")
+    print(f"read {workspace / 'README.md'}, then grade with: python -m tinyinfer course check --workspace {workspace}")
+    return 0
+
+
+def run_check(args) -> int:
+    exercises = find_exercises(args.workspace)
+    ids = [i for i in args.ids if "." in i]
+    chapters = [parse_id(f"{i}.0")[0] for i in args.ids if "." not in i]
+    if not args.ids:  # what was stubbed at start, or everything when nothing was
+        ids = read_state(args.workspace)["stubbed"] or [e.id for e in exercises]
+    chosen = select_exercises(exercises, ids, chapters)
+    grade = grade_workspace(args.workspace, chosen, echo=not args.quiet)
+    print(grade.table())
+    return 0 if grade.all_passed else 1
+
+
+def run_verify(args) -> int:
+    with tempfile.TemporaryDirectory(prefix="tinyinfer-verify-") as workdir:
+        checks = verify_exercises(project_root(), Path(workdir), jobs=args.jobs, progress=True)
+    if not checks:
+        print("no exercise is marked in the source yet")
+        return 0
+    print(table(checks))
+    problems = [c.problem for c in checks if c.problem]
+    for problem in problems:
+        print(f"problem: {problem}")
+    return 1 if problems else 0
