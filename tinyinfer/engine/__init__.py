@@ -1,0 +1,9 @@
+"""The serving engine: a paged KV cache with prefix caching, and a continuous-batching scheduler.
+
+Read in this order: block_manager.py (which blocks are free, shared, cached), paged_cache.py (where the
+numbers live), sequence.py (one request's state), scheduler.py (who runs each step), llm.py (the API).
+"""
+
+from tinyinfer.engine.llm import LLM, EngineStats, RequestOutput
+
+__all__ = ["LLM", "EngineStats", "RequestOutput"]

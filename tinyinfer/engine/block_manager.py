@@ -1,0 +1,121 @@
+"""The block allocator: which fixed-size KV blocks are free, who holds each one, and which are cached.
+
+A paged KV cache cuts every sequence's keys and values into blocks of `block_size` tokens taken from one
+shared pool. This module only deals in block *ids* (0..n_blocks-1); `paged_cache.py` holds the numbers.
+
+Three ideas, each a few lines:
+
+- **Free list and reference counts.** A block is free when no sequence holds it (refcount 0). Two sequences
+  may hold the same block (a shared prompt prefix): its refcount is 2, and it returns to the free list only
+  when both let go.
+- **Prefix hashing.** A *full* block is named by a hash of (the previous block's hash, its own token ids),
+  so a block's name stands for the whole prefix up to its end: two prompts share block i only if they agree
+  on every token of blocks 0..i. A new request looks its blocks up by name and reuses the hits.
+- **LRU eviction.** A freed block keeps its contents and its name: it stays reusable until the pool needs
+  room. The free list is ordered by time of release, and allocation takes the least recently released block
+  first, erasing its name (eviction). Never-used blocks sit at the front, so they go before any cached one.
+
+    >>> a = BlockAllocator(4)
+    >>> b = a.allocate(); a.register(b, block_hash(None, [5, 6])); a.free([b])
+    >>> a.num_free, a.lookup(block_hash(None, [5, 6])) == b, a.num_free
+    (4, True, 3)
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from tinyinfer.errors import TinyInferError
+
+
+def block_hash(previous: int | None, token_ids) -> int:
+    """The name of a full block: a hash of the previous block's name and this block's tokens.
+
+    Chaining makes the name depend on the whole prefix, not only on this block's tokens:
+
+    >>> block_hash(None, [1, 2]) == block_hash(block_hash(None, [9, 9]), [1, 2])
+    False
+    """
+    return hash((previous, tuple(token_ids)))
+
+
+def prefix_hashes(token_ids: list[int], block_size: int) -> list[int]:
+    """The names of the full blocks of a token sequence (a trailing partial block has none).
+
+    >>> len(prefix_hashes(list(range(10)), 4))  # blocks [0..3], [4..7]; [8, 9] is not full
+    2
+    """
+    # BEGIN EXERCISE 9.1: chained hashes of the full blocks of a sequence
+    hashes, previous = [], None
+    for start in range(0, len(token_ids) - block_size + 1, block_size):
+        previous = block_hash(previous, token_ids[start:start + block_size])
+        hashes.append(previous)
+    return hashes
+    # END EXERCISE 9.1
+
+
+class BlockAllocator:
+    """Block ids 0..n_blocks-1 with reference counts, an LRU free list and a prefix-cache index."""
+
+    def __init__(self, n_blocks: int):
+        if n_blocks < 1:
+            raise TinyInferError(f"the KV pool needs at least one block, got n_blocks={n_blocks}")
+        self.n_blocks = n_blocks
+        self.refcount = [0] * n_blocks
+        self.free_blocks: OrderedDict[int, None] = OrderedDict.fromkeys(range(n_blocks))  # least recent first
+        self.cached: dict[int, int] = {}  # block name -> block id, for full blocks whose contents are kept
+        self.name_of: dict[int, int] = {}  # block id -> its name (the inverse of `cached`)
+
+    @property
+    def num_free(self) -> int:
+        """Blocks that can be handed out now: never used, or released (cached ones are evicted on demand)."""
+        return len(self.free_blocks)
+
+    @property
+    def num_used(self) -> int:
+        return self.n_blocks - self.num_free
+
+    def allocate(self) -> int:
+        """A free block, refcount 1. Takes the least recently released one, evicting its cached name."""
+        if not self.free_blocks:
+            raise TinyInferError("the KV pool is out of blocks: the scheduler must preempt before allocating")
+        block, _ = self.free_blocks.popitem(last=False)
+        name = self.name_of.pop(block, None)
+        if name is not None:
+            del self.cached[name]  # eviction: its old contents will be overwritten
+        self.refcount[block] = 1
+        return block
+
+    def free(self, blocks: list[int]) -> None:
+        """Let go of blocks. Those nobody holds any more join the free list, last block of a sequence first,
+        so a shared prefix (the front blocks) is the last to be evicted."""
+        for block in reversed(blocks):
+            if self.refcount[block] <= 0:
+                raise TinyInferError(f"block {block} freed more often than it was held: a scheduler bug")
+            self.refcount[block] -= 1
+            if self.refcount[block] == 0:
+                self.free_blocks[block] = None
+
+    def register(self, block: int, name: int) -> None:
+        """Record that `block` now holds the full block called `name`, so later requests can reuse it."""
+        if name in self.cached or block in self.name_of:
+            return  # the same prefix computed twice (e.g. by two requests admitted together): keep the first
+        self.cached[name] = block
+        self.name_of[block] = name
+
+    def lookup(self, name: int) -> int | None:
+        """The cached block called `name`, now held once more (refcount + 1), or None on a miss."""
+        # BEGIN EXERCISE 9.2: reuse a cached block (revive it from the free list if nobody holds it)
+        block = self.cached.get(name)
+        if block is None:
+            return None
+        if self.refcount[block] == 0:
+            del self.free_blocks[block]  # a released block comes back to life, its contents intact
+        self.refcount[block] += 1
+        return block
+        # END EXERCISE 9.2
+
+    def is_free_cached(self, name: int) -> bool:
+        """True when the block called `name` is cached but held by nobody (reusing it takes a free block)."""
+        block = self.cached.get(name)
+        return block is not None and self.refcount[block] == 0

@@ -1,0 +1,223 @@
+"""The engine's front door, in the shape vLLM made familiar.
+
+Offline, a batch of prompts in, results out in the same order:
+
+    llm = LLM(model)                                              # a tinyinfer Model (tinyinfer.load)
+    results = llm.generate(["ROMEO:", "JULIET:"], SamplingParams(max_tokens=50, temperature=0))
+
+Online (streaming), the caller owns the loop:
+
+    rid = llm.add_request("ROMEO:", SamplingParams(max_tokens=50))
+    while llm.has_unfinished():
+        for out in llm.step():       # one model step for every running request; what each gained
+            print(out.request_id, out.new_token_ids)
+    llm.abort(rid)                   # frees the request's blocks at once
+
+Each step: the scheduler picks the sequences and their chunks; `Model.forward` runs them all at once on
+the paged cache (the same function that generates for one prompt); each sequence whose chunk reached its
+last token samples its next token with its own Sampler (own seeded generator), so its output does not
+depend on what else was in the batch: it equals `model.generate` run alone.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass
+
+from tinyinfer.backend import to_numpy
+from tinyinfer.engine.paged_cache import PagedKVCache
+from tinyinfer.engine.scheduler import Scheduler, SchedulerConfig
+from tinyinfer.engine.sequence import RequestMetrics, Sequence, Status
+from tinyinfer.errors import TinyInferError
+from tinyinfer.generation import check_fits, encode_prompt, resolve_params, stop_ids
+from tinyinfer.sampling import Sampler, SamplingParams
+from tinyinfer.stopping import StopMatcher
+
+
+@dataclass
+class RequestOutput:
+    """A request's state after a step: the tokens it gained (`new_token_ids`) and everything so far."""
+
+    request_id: str
+    prompt_ids: list[int]
+    token_ids: list[int]  # output tokens (an EOS or stop token that ended it is not included)
+    text: str
+    new_token_ids: list[int]
+    finished: bool
+    finish_reason: str | None  # "eos" | "stop" | "length" | "abort"
+    metrics: RequestMetrics
+
+
+@dataclass
+class StepRecord:
+    """What one engine step did, for stats, timelines and memory plots."""
+
+    time: float  # perf_counter at the end of the step
+    num_seqs: int  # sequences in the batch
+    num_tokens: int  # tokens through the model
+    blocks_held: int  # blocks held by running sequences (a shared block counted once)
+    live_tokens: int  # tokens whose K/V running sequences need (a shared prefix counted once per sequence)
+
+
+@dataclass
+class EngineStats:
+    generated_tokens: int
+    elapsed_s: float
+    kv_utilisation: float  # fraction of the pool held right now
+    prefix_cache_hit_rate: float  # prompt tokens served from the cache / prompt tokens admitted
+    preemptions: int
+    steps: int
+
+    @property
+    def throughput(self) -> float:
+        """Generated tokens per second of engine time."""
+        return self.generated_tokens / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+
+class LLM:
+    """A serving engine around one Model: paged KV cache, prefix caching, continuous batching."""
+
+    def __init__(self, model, *, block_size: int = 16, n_blocks: int | None = None, max_num_seqs: int = 32,
+                 max_num_batched_tokens: int = 512, chunked_prefill: bool = True, prefix_caching: bool = True,
+                 static: bool = False):
+        if not isinstance(block_size, int) or block_size < 1:
+            raise TinyInferError(f"block_size={block_size!r}: must be an integer >= 1 (16 is usual)")
+        self.model = model
+        if n_blocks is None:  # as much memory as contiguous slabs of the full context for every slot
+            n_blocks = max_num_seqs * -(-model.config.max_seq_len // block_size)
+        self.cache = PagedKVCache(model.config, n_blocks, block_size, model.dtype, model.xp)
+        self.scheduler = Scheduler(SchedulerConfig(max_num_seqs, max_num_batched_tokens, chunked_prefill,
+                                                   prefix_caching, static), self.cache)
+        self.sequences: dict[str, Sequence] = {}  # unfinished requests by id
+        self.step_log: list[StepRecord] = []
+        self.generated_tokens = 0
+        self.started: float | None = None
+        self._ids = itertools.count()
+
+    # -- streaming API --------------------------------------------------------------------------------------
+
+    def add_request(self, prompt, params: SamplingParams | None = None, request_id: str | None = None,
+                    arrival: float | None = None, **overrides) -> str:
+        """Queue a request (text or token ids); returns its id. Bad input raises here and queues nothing."""
+        params = resolve_params(self.model, params, overrides)
+        if params.n != 1:
+            raise TinyInferError(f"n={params.n}: the engine runs one sample per request; add n requests with seeds")
+        prompt_ids = encode_prompt(self.model, prompt)
+        check_fits(self.model, len(prompt_ids), params.max_tokens)
+        self._check_fits_pool(len(prompt_ids), params.max_tokens)
+        seq_id = next(self._ids)
+        request_id = str(seq_id) if request_id is None else str(request_id)
+        if request_id in self.sequences:
+            raise TinyInferError(f"request id {request_id!r} is already in use: give each request its own id")
+        seq = Sequence(request_id, seq_id, prompt_ids, params, Sampler(params, prompt_ids),
+                       stop_ids(self.model, params), RequestMetrics(time.perf_counter() if arrival is None else arrival))
+        if params.stop and self.model.tokenizer is not None:
+            from tinyinfer.tokenizer import StreamingDetokenizer  # noqa: PLC0415 - only text requests need it
+
+            seq.detokenizer, seq.stop_matcher = StreamingDetokenizer(self.model.tokenizer), StopMatcher(params.stop)
+        self.sequences[request_id] = seq
+        self.scheduler.add(seq)
+        return request_id
+
+    def step(self) -> list[RequestOutput]:
+        """Run one model step for the scheduled sequences; return the outputs of those that gained a token."""
+        self.started = self.started or time.perf_counter()
+        batch = self.scheduler.schedule()
+        if not batch.sequences:
+            return []
+        logits = to_numpy(self.model.forward(batch.chunks, self.cache))  # [n_seqs, V]
+        self.scheduler.advance(batch)
+        outputs = []
+        for row, seq in enumerate(batch.sequences):
+            if seq.num_computed < seq.num_tokens:
+                continue  # a prefill chunk that has not reached the end: its logits predict nothing needed
+            new = self._sample(seq, logits[row])
+            outputs.append(self._output(seq, new))
+        self._log(batch)
+        return outputs
+
+    def abort(self, request_id: str) -> None:
+        """Stop a request now: its blocks are freed at once. Unknown or finished ids are ignored."""
+        seq = self.sequences.pop(str(request_id), None)
+        if seq is not None:
+            seq.finish("abort")
+            self.scheduler.finish(seq)
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_work()
+
+    # -- offline API ------------------------------------------------------------------------------------------
+
+    def generate(self, prompts, sampling_params: SamplingParams | list[SamplingParams] | None = None,
+                 **overrides) -> list[RequestOutput]:
+        """Run a batch of prompts to completion; results in the order of `prompts`."""
+        prompts = [prompts] if isinstance(prompts, str) else list(prompts)
+        params = sampling_params if isinstance(sampling_params, list) else [sampling_params] * len(prompts)
+        if len(params) != len(prompts):
+            raise TinyInferError(f"{len(params)} SamplingParams for {len(prompts)} prompts: give one, or one each")
+        ids = [self.add_request(prompt, p, **overrides) for prompt, p in zip(prompts, params)]
+        results = {}
+        while self.has_unfinished():
+            for out in self.step():
+                if out.finished:
+                    results[out.request_id] = out
+        return [results[i] for i in ids]
+
+    # -- statistics -------------------------------------------------------------------------------------------
+
+    def stats(self) -> EngineStats:
+        s = self.scheduler
+        elapsed = (self.step_log[-1].time - self.started) if self.step_log else 0.0
+        hit_rate = s.prompt_tokens_hit / s.prompt_tokens_queried if s.prompt_tokens_queried else 0.0
+        return EngineStats(self.generated_tokens, elapsed, s.allocator.num_used / s.allocator.n_blocks, hit_rate,
+                           s.preemptions, len(self.step_log))
+
+    # -- inside a step ------------------------------------------------------------------------------------------
+
+    def _check_fits_pool(self, n_prompt: int, max_tokens: int) -> None:
+        needed = self.scheduler.blocks_for(n_prompt + max_tokens)
+        if needed > self.cache.n_blocks:
+            raise TinyInferError(
+                f"prompt ({n_prompt} tokens) + max_tokens ({max_tokens}) needs {needed} KV blocks of "
+                f"{self.cache.block_size} tokens but the pool has only {self.cache.n_blocks}: lower max_tokens, "
+                "shorten the prompt, or give the engine more blocks (n_blocks)"
+            )
+
+    def _sample(self, seq: Sequence, logits) -> list[int]:
+        """Draw the sequence's next token, apply the stopping rules; the tokens it gained (0 or 1)."""
+        token = seq.sampler.sample(logits).token_id
+        seq.metrics.first_token = seq.metrics.first_token or time.perf_counter()
+        if token in seq.enders:
+            seq.stop_token = token
+            self._finish(seq, "stop" if token in seq.params.stop_token_ids else "eos")
+            return []
+        seq.metrics.output_tokens += 1
+        self.generated_tokens += 1
+        if seq.stop_matcher is not None:
+            seq.text += seq.stop_matcher.push(seq.detokenizer.push(token))
+            if seq.stop_matcher.stopped:
+                self._finish(seq, "stop")
+                return [token]
+        if len(seq.output_ids) >= seq.params.max_tokens:
+            self._finish(seq, "length")
+        return [token]
+
+    def _finish(self, seq: Sequence, reason: str) -> None:
+        seq.finish(reason)
+        self.scheduler.finish(seq)
+        self.sequences.pop(seq.request_id, None)
+        if seq.stop_matcher is not None:
+            if reason != "stop":
+                seq.text += seq.stop_matcher.push(seq.detokenizer.flush()) + seq.stop_matcher.flush()
+        elif self.model.tokenizer is not None:
+            seq.text = self.model.tokenizer.decode(seq.result_ids)
+
+    def _output(self, seq: Sequence, new: list[int]) -> RequestOutput:
+        return RequestOutput(seq.request_id, seq.prompt_ids, seq.result_ids, seq.text, new,
+                             seq.status is Status.FINISHED, seq.finish_reason, seq.metrics)
+
+    def _log(self, batch) -> None:
+        running = self.scheduler.running
+        self.step_log.append(StepRecord(time.perf_counter(), len(batch.sequences), batch.num_tokens,
+                                        self.scheduler.allocator.num_used, sum(s.num_computed for s in running)))

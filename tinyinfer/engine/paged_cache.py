@@ -1,0 +1,90 @@
+"""The paged KV cache: keys and values in fixed-size blocks from one preallocated pool, found by block table.
+
+A contiguous cache gives every sequence a slab of `max_len` positions up front, used or not. A paged cache
+gives out memory `block_size` tokens at a time, as the sequence grows, from a pool shared by all sequences:
+
+    pool (per layer, K and V):   [n_blocks, n_kv_heads, block_size, head_dim]
+    block table of a sequence:   [7, 2, 9]  ->  positions 0..15 live in block 7, 16..31 in 2, 32..47 in 9
+
+Position p of a sequence is slot p % block_size of block table[p // block_size]. The waste is at most one
+partly filled block per sequence, instead of (max_len - length) positions.
+
+It has the same two methods as `ContiguousKVCache`, so `Model.forward` runs on it unchanged:
+
+    cache.write(layer, seq_id, start, k, v)   k, v: [n, n_kv_heads, hd] -> positions start..start+n-1
+    cache.read(layer, seq_id, end) -> (k, v)   each [n_kv_heads, end, hd], gathered from the blocks
+
+Both index whole arrays of positions at once (fancy indexing): there is no Python loop over tokens.
+Which block ids a sequence holds is decided by the scheduler with a `BlockAllocator`; this class only
+stores the tables it is given (`tables[seq_id]`) and the numbers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tinyinfer.config import Config
+from tinyinfer.errors import TinyInferError
+
+
+class PagedKVCache:
+    """A pool of `n_blocks` blocks of `block_size` tokens per layer, and one block table per sequence."""
+
+    def __init__(self, config: Config, n_blocks: int, block_size: int = 16, dtype=np.float32, xp=np):
+        self.block_size = block_size
+        self.n_blocks = n_blocks
+        shape = (n_blocks, config.n_kv_heads, block_size, config.head_dim)
+        self.k = [xp.zeros(shape, dtype=dtype) for _ in range(config.n_layers)]  # per layer [N, KV, bs, hd]
+        self.v = [xp.zeros(shape, dtype=dtype) for _ in range(config.n_layers)]
+        self.tables: dict[int, list[int]] = {}  # seq_id -> block ids, in position order
+        self.xp = xp
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the whole pool (all layers, K and V)."""
+        return sum(a.nbytes for a in self.k) + sum(a.nbytes for a in self.v)
+
+    @property
+    def bytes_per_block(self) -> int:
+        return self.nbytes // self.n_blocks
+
+    def slots(self, seq_id: int, start: int, end: int) -> tuple[np.ndarray, np.ndarray]:
+        """(block id, offset in block) of positions start..end-1 of a sequence.
+
+        >>> cache = PagedKVCache.__new__(PagedKVCache); cache.block_size = 4; cache.tables = {0: [7, 2]}
+        >>> [a.tolist() for a in cache.slots(0, 2, 6)]
+        [[7, 7, 2, 2], [2, 3, 0, 1]]
+        """
+        table = self.tables.get(seq_id)
+        n_blocks_needed = -(-end // self.block_size)
+        if table is None or len(table) < n_blocks_needed:
+            held = 0 if table is None else len(table)
+            raise TinyInferError(
+                f"sequence {seq_id} needs {n_blocks_needed} blocks for {end} positions but holds {held}: "
+                "allocate its blocks before running the model"
+            )
+        positions = np.arange(start, end)  # [n]
+        return np.asarray(table, dtype=np.int64)[positions // self.block_size], positions % self.block_size
+
+    def write(self, layer: int, seq_id: int, start: int, k, v) -> None:
+        # BEGIN EXERCISE 9.3: scatter new keys and values into their blocks
+        blocks, offsets = self.slots(seq_id, start, start + k.shape[0])  # 2 x [n]
+        blocks, offsets = self._on_device(blocks), self._on_device(offsets)
+        # pool[blocks, :, offsets] is [n, KV, hd]: the two index arrays pair up token by token
+        self.k[layer][blocks, :, offsets] = k
+        self.v[layer][blocks, :, offsets] = v
+        # END EXERCISE 9.3
+
+    def read(self, layer: int, seq_id: int, end: int):
+        """Keys and values of positions 0..end-1, gathered from the sequence's blocks.  -> 2 x [KV, end, hd]"""
+        n = -(-end // self.block_size)
+        table = self._on_device(np.asarray(self.tables[seq_id][:n], dtype=np.int64))  # [n]
+        return self._gather(self.k[layer], table, end), self._gather(self.v[layer], table, end)
+
+    def _gather(self, pool, table, end: int):
+        blocks = pool[table]  # [N, KV, bs, hd] -> [n, KV, bs, hd]
+        n, n_kv, bs, hd = blocks.shape
+        return blocks.transpose(1, 0, 2, 3).reshape(n_kv, n * bs, hd)[:, :end]  # -> [KV, n*bs, hd] -> [KV, end, hd]
+
+    def _on_device(self, index: np.ndarray):
+        return index if self.xp is np else self.xp.asarray(index)
