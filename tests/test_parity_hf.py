@@ -1,0 +1,121 @@
+"""Parity with Hugging Face transformers on tiny random-weight fp32 checkpoints of every architecture.
+
+Each variant (weights_scripts/make_tiny_models.py) is loaded by tinyinfer and by transformers (eager
+attention, float32) and must agree on:
+- the logits at every position of a 20-token prompt, within 1e-4 absolute. The weights have a large spread,
+  so float32 rounding alone moves transformers' logits by up to ~2e-5 from a float64 run: 1e-4 leaves room
+  for two independent float32 roundings, while any wrong mapping moves logits by ~1 or more;
+- the KV-cached path (prefill, chunked prefill, one token at a time, two sequences in one batch) against
+  tinyinfer's own full recompute, within 1e-5 (same arithmetic, only summation order differs);
+- 32 greedy tokens, identical to transformers' `generate(do_sample=False)` with EOS disabled.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+import tinyinfer
+from tinyinfer.model import SeqChunk
+from tiny_models import VARIANTS, hf_greedy, hf_logits, hf_model, prompt_ids, tiny_checkpoint, variant_dtype  # noqa: F401
+
+FP32_VARIANTS = [name for name in VARIANTS if variant_dtype(name) == "float32"]
+LOGITS_ATOL = 1e-4
+CACHE_ATOL = 1e-5
+
+
+@pytest.fixture(params=FP32_VARIANTS)
+def variant(request, tiny_checkpoint):
+    """(folder, tinyinfer model) of one fp32 variant."""
+    folder = tiny_checkpoint(request.param)
+    return folder, tinyinfer.load(folder)
+
+
+def test_logits_match_transformers_at_every_position(variant):
+    folder, model = variant
+    ids = prompt_ids(20)
+    ours = model.logits(ids)
+    theirs = hf_logits(folder, ids)
+    assert ours.shape == theirs.shape == (20, model.config.vocab_size)
+    np.testing.assert_allclose(ours, theirs, rtol=0, atol=LOGITS_ATOL)
+
+
+def test_cached_decode_equals_full_recompute(variant):
+    """Prefill 6 tokens, then a 5-token chunk at position 6, then one token at a time."""
+    _, model = variant
+    ids = prompt_ids(20, seed=1)
+    full = model.logits(ids)  # [20, V]
+    cache = model.new_cache()
+    prefill = model.forward([SeqChunk(0, 0, ids[:6])], cache, all_logits=True)  # [6, V]
+    chunk = model.forward([SeqChunk(0, 6, ids[6:11])], cache, all_logits=True)  # [5, V]
+    steps = [model.forward([SeqChunk(0, pos, ids[pos : pos + 1])], cache)[0] for pos in range(11, 20)]  # 9 x [V]
+    np.testing.assert_allclose(prefill, full[:6], rtol=0, atol=CACHE_ATOL)
+    np.testing.assert_allclose(chunk, full[6:11], rtol=0, atol=CACHE_ATOL)
+    np.testing.assert_allclose(np.stack(steps), full[11:], rtol=0, atol=CACHE_ATOL)
+
+
+def test_last_token_logits_without_all_logits(variant):
+    _, model = variant
+    ids = prompt_ids(20, seed=2)
+    last = model.forward([SeqChunk(0, 0, ids)], model.new_cache())
+    assert last.shape == (1, model.config.vocab_size)
+    np.testing.assert_allclose(last[0], model.logits(ids)[-1], rtol=0, atol=CACHE_ATOL)
+
+
+def test_two_sequences_in_one_batch_equal_each_alone(variant):
+    """Two sequences of different lengths share one forward call (prefill, then a mixed decode step)."""
+    _, model = variant
+    a, b = prompt_ids(20, seed=3), prompt_ids(15, seed=4)
+    full_a, full_b = model.logits(a), model.logits(b)
+    cache = model.new_cache(max_seqs=2)
+    prefill = model.forward([SeqChunk(0, 0, a[:12]), SeqChunk(1, 0, b[:9])], cache, all_logits=True)  # [21, V]
+    np.testing.assert_allclose(prefill[:12], full_a[:12], rtol=0, atol=CACHE_ATOL)
+    np.testing.assert_allclose(prefill[12:], full_b[:9], rtol=0, atol=CACHE_ATOL)
+    # sequence 1 first this time: slots are found by seq_id, not by position in the batch
+    step = model.forward([SeqChunk(1, 9, b[9:15]), SeqChunk(0, 12, a[12:13])], cache)  # [2, V]
+    np.testing.assert_allclose(step[0], full_b[14], rtol=0, atol=CACHE_ATOL)
+    np.testing.assert_allclose(step[1], full_a[12], rtol=0, atol=CACHE_ATOL)
+
+
+def test_greedy_tokens_match_transformers_generate(variant):
+    folder, model = variant
+    ids = prompt_ids(20, seed=5)
+    result = model.generate(ids, max_tokens=32, temperature=0.0, ignore_eos=True)
+    assert list(result.token_ids) == hf_greedy(folder, ids, 32)
+
+
+def test_generation_stops_at_eos_from_generation_config(tiny_checkpoint, tmp_path):
+    """With the 6th greedy token declared EOS in generation_config.json, generation ends there."""
+    folder = tmp_path / "llama"
+    shutil.copytree(tiny_checkpoint("llama"), folder)
+    ids = prompt_ids(20, seed=6)
+    greedy = hf_greedy(folder, ids, 32)
+    eos = greedy[5]
+    assert eos not in greedy[:5], "pick a prompt whose 6th greedy token is new"
+    gen_path = folder / "generation_config.json"
+    gen_path.write_text(json.dumps({**json.loads(gen_path.read_text()), "eos_token_id": eos}))
+    model = tinyinfer.load(folder)
+    assert eos in model.config.eos_token_ids
+    tokens = list(model.generate(ids, max_tokens=32, temperature=0.0).token_ids)
+    assert tokens in (greedy[:5], greedy[:6])  # with or without the EOS token itself
+
+
+def test_sliding_window_variant_really_slides(tiny_checkpoint):
+    """Guard on the fixture: the Mistral window (8 keys) changes transformers' logits from position 8 on, so
+    the parity of `mistral_window` proves tinyinfer applies it, and `mistral_no_window` that it does not."""
+    reference = hf_model(tiny_checkpoint("mistral_window"))
+    assert reference.config.sliding_window == 8
+    config = copy.deepcopy(reference.config)
+    config.sliding_window = None
+    unwindowed = type(reference)(config).eval()
+    unwindowed.load_state_dict(reference.state_dict())
+    ids = torch.tensor([prompt_ids(20)])
+    with torch.no_grad():
+        windowed_logits, full_logits = reference(ids).logits[0], unwindowed(ids).logits[0]  # 2 x [20, V]
+    torch.testing.assert_close(windowed_logits[:8], full_logits[:8], rtol=0, atol=1e-5)
+    assert (windowed_logits[8:] - full_logits[8:]).abs().amax(dim=-1).min() > 0.01
