@@ -54,7 +54,7 @@ def attention(q, k, v, mask):
     n_kv = k.shape[0]
     group = n_heads // n_kv  # query heads per KV head; head h reads KV head h // group
     q = q.transpose(1, 0, 2).reshape(n_kv, group * n, hd)  # [n, H, hd] -> [KV, G*n, hd]
-    scores = q @ k.transpose(0, 2, 1) / np.sqrt(hd)  # [KV, G*n, hd] @ [KV, hd, L] -> [KV, G*n, L]
+    scores = q @ k.transpose(0, 2, 1) * hd**-0.5  # [KV, G*n, hd] @ [KV, hd, L] -> [KV, G*n, L]
     scores = scores.reshape(n_kv, group, n, -1) + mask  # [KV, G, n, L], mask broadcast over heads
     weights = softmax(scores).reshape(n_kv, group * n, -1)  # -> [KV, G*n, L]
     out = weights @ v  # [KV, G*n, L] @ [KV, L, hd] -> [KV, G*n, hd]

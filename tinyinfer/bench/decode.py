@@ -1,0 +1,123 @@
+"""`tinyinfer bench decode`: prefill and decode speed, next to the two numbers that give them meaning.
+
+1. The memory-bandwidth bound. A decode step of one sequence reads every weight once, so
+   tokens/s <= bandwidth / bytes of weights. The bandwidth is measured here, by copying a large array, in
+   the same run; the ratio says how close the NumPy forward pass comes to what the memory allows.
+2. Hugging Face transformers (when installed, on an HF checkpoint): its own cached greedy `generate` on the
+   same weights with the same thread count. Decode time = generate(N tokens) - generate(1 token).
+
+    python -m tinyinfer bench decode --random gpt2-124m          # a GPT-2-124M-shaped random checkpoint
+    python -m tinyinfer bench decode --model path/to/hf-folder --tokens 64
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+import tinyinfer
+from tinyinfer.errors import TinyInferError
+from tinyinfer.memory import measure_copy_bandwidth
+from tinyinfer.model import SeqChunk
+
+RANDOM_SHAPES = {  # name -> (transformers config class, its arguments)
+    "gpt2-124m": ("GPT2Config", {}),
+    "llama-110m": ("LlamaConfig", dict(hidden_size=768, intermediate_size=2048, num_hidden_layers=12,
+                                       num_attention_heads=12, num_key_value_heads=12, vocab_size=32000)),
+}
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--model", help="model folder, llama2.c file, built-in name or repo id (default: built-in)")
+    parser.add_argument("--random", choices=sorted(RANDOM_SHAPES), help="build a random-weight checkpoint of this shape")
+    parser.add_argument("--prompt-tokens", type=int, default=128, help="prompt length for the prefill measurement")
+    parser.add_argument("--tokens", type=int, default=64, help="decode steps to time")
+    parser.add_argument("--threads", type=int, default=os.cpu_count(), help="threads for PyTorch (NumPy uses OpenBLAS's)")
+    parser.add_argument("--no-hf", action="store_true", help="skip the transformers comparison")
+
+
+def build_random_checkpoint(shape: str, folder: Path) -> Path:
+    """Save a random-weight HF checkpoint of a known shape (needs transformers and torch)."""
+    try:
+        import torch  # noqa: PLC0415
+        import transformers  # noqa: PLC0415
+    except ImportError as e:
+        raise TinyInferError("--random needs transformers and torch: pip install -e '.[dev]'") from e
+    class_name, kwargs = RANDOM_SHAPES[shape]
+    torch.manual_seed(0)
+    config = getattr(transformers, class_name)(**kwargs)
+    transformers.AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+    return folder
+
+
+def time_tinyinfer(model, prompt: list[int], n_tokens: int) -> tuple[float, float]:
+    """(prefill tokens/s, decode tokens/s) of greedy decoding through the KV cache."""
+    cache = model.new_cache(1, len(prompt) + n_tokens + 1)
+    model.forward([SeqChunk(0, 0, prompt[:8])], cache)  # warm-up
+    start = time.perf_counter()
+    logits = model.forward([SeqChunk(0, 0, prompt)], cache)
+    prefill_s = time.perf_counter() - start
+    position = len(prompt)
+    start = time.perf_counter()
+    for _ in range(n_tokens):
+        token = int(logits[0].argmax())
+        logits = model.forward([SeqChunk(0, position, [token])], cache)
+        position += 1
+    decode_s = time.perf_counter() - start
+    return len(prompt) / prefill_s, n_tokens / decode_s
+
+
+def time_hf(folder: Path, prompt: list[int], n_tokens: int, threads: int) -> tuple[float, float] | None:
+    """(prefill tokens/s, decode tokens/s) of transformers' cached greedy generate, or None if not installed."""
+    try:
+        import torch  # noqa: PLC0415
+        import transformers  # noqa: PLC0415
+    except ImportError:
+        return None
+    torch.set_num_threads(threads)
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    ids = torch.tensor([prompt])
+
+    def generate_s(n: int) -> float:
+        start = time.perf_counter()
+        with torch.no_grad():
+            model.generate(ids, max_new_tokens=n, min_new_tokens=n, do_sample=False, use_cache=True,
+                           pad_token_id=0, attention_mask=torch.ones_like(ids))
+        return time.perf_counter() - start
+
+    generate_s(2)  # warm-up
+    first = generate_s(1)  # prefill + first token
+    full = generate_s(n_tokens + 1)
+    return len(prompt) / first, n_tokens / (full - first)
+
+
+def run(args) -> int:
+    if args.tokens < 1 or args.prompt_tokens < 1:
+        raise TinyInferError("--tokens and --prompt-tokens must be at least 1")
+    with tempfile.TemporaryDirectory() as tmp:
+        source = build_random_checkpoint(args.random, Path(tmp)) if args.random else args.model
+        model = tinyinfer.load(source)
+        cfg = model.config
+        if args.prompt_tokens + args.tokens + 1 > cfg.max_seq_len:
+            raise TinyInferError(f"--prompt-tokens + --tokens must fit the context window ({cfg.max_seq_len})")
+        prompt = np.random.default_rng(0).integers(0, cfg.vocab_size, args.prompt_tokens).tolist()
+        weight_bytes = model.n_params * model.dtype.itemsize
+        print(f"model: {source} ({cfg.model_type}, {model.n_params / 1e6:.1f}M parameters, "
+              f"{weight_bytes / 2**20:.0f} MiB as {model.dtype})")
+        print(f"threads: numpy/OpenBLAS {os.environ.get('OPENBLAS_NUM_THREADS', os.cpu_count())}, torch {args.threads}")
+        bandwidth = measure_copy_bandwidth()
+        bound = bandwidth / weight_bytes
+        prefill, decode = time_tinyinfer(model, prompt, args.tokens)
+        print(f"memory bandwidth (measured copy): {bandwidth / 1e9:.1f} GB/s -> decode bound {bound:.1f} tokens/s")
+        print(f"tinyinfer:    prefill {prefill:8.1f} tokens/s   decode {decode:7.1f} tokens/s   "
+              f"= {decode / bound:.0%} of the bandwidth bound")
+        hf_folder = Path(source) if source and Path(source).is_dir() else None
+        hf = None if args.no_hf or hf_folder is None else time_hf(hf_folder, prompt, args.tokens, args.threads)
+        if hf is not None:
+            print(f"transformers: prefill {hf[0]:8.1f} tokens/s   decode {hf[1]:7.1f} tokens/s")
+            print(f"ratio tinyinfer / transformers: prefill {prefill / hf[0]:.2f}x   decode {decode / hf[1]:.2f}x")
+    return 0
