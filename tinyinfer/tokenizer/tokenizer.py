@@ -43,11 +43,11 @@ class Tokenizer:
     def __init__(self, spec: dict, bos_token: str | None = None, eos_token: str | None = None):
         """Build every stage from `spec`, the parsed tokenizer.json; bos/eos_token name those tokens."""
         self.spec = spec
-        self.model = build_model(spec.get("model") or {})
         self.normalizer = build_normalizer(spec.get("normalizer"))
         self.pre_tokenizer = build_pre_tokenizer(spec.get("pre_tokenizer"))
         self.post_processor = build_post_processor(spec.get("post_processor"))
         self.decoder = build_decoder(spec.get("decoder"))
+        self.model = build_model(spec.get("model") or {})
         piece_bytes = build_token_bytes(spec.get("decoder"))
 
         added = [AddedToken(**{k: t[k] for k in ("id", "content", "special", "lstrip", "rstrip", "single_word", "normalized") if k in t})
