@@ -1,0 +1,206 @@
+"""The serving engine: every request's output equals its solo run, whatever the batching did to it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine_helpers import assert_same_as_solo, random_prompt, solo, stories  # noqa: F401 - stories is a fixture
+from tinyinfer.engine import LLM
+from tinyinfer.errors import TinyInferError
+from tinyinfer.sampling import SamplingParams
+
+
+def mixed_params(rng: np.random.Generator, n: int, max_tokens: int = 24) -> list[SamplingParams]:
+    """Greedy and seeded sampling with assorted knobs, and assorted lengths."""
+    out = []
+    for i in range(n):
+        tokens = int(rng.integers(1, max_tokens + 1))
+        if i % 2:
+            out.append(SamplingParams(temperature=0, max_tokens=tokens))
+        else:
+            out.append(SamplingParams(temperature=0.9, top_p=0.9, top_k=40, max_tokens=tokens, seed=int(i)))
+    return out
+
+
+@pytest.mark.exercise("10.1", "10.3")
+def test_chunked_prefill_keeps_outputs_exact(stories):
+    rng = np.random.default_rng(0)
+    prompts = [random_prompt(rng, int(n)) for n in rng.integers(2, 70, size=10)]
+    params = mixed_params(rng, len(prompts))
+    llm = LLM(stories, block_size=8, max_num_batched_tokens=16)
+    results = llm.generate(prompts, params)
+    assert max(record.num_tokens for record in llm.step_log) <= 16  # the budget held ...
+    assert max(len(p) for p in prompts) > 16  # ... although prompts are longer: they were chunked
+    assert_same_as_solo(stories, prompts, params, results)
+
+
+@pytest.mark.exercise("10.1")
+def test_chunked_prefill_does_not_stall_running_decodes(stories):
+    llm = LLM(stories, block_size=8, max_num_batched_tokens=16)
+    short = llm.add_request([1, 50, 60], SamplingParams(temperature=0, max_tokens=40, ignore_eos=True))
+    llm.step()  # the short request is now decoding
+    long = llm.add_request(random_prompt(np.random.default_rng(1), 120), max_tokens=5, temperature=0)
+    steps_to_first_token = 0
+    while True:
+        outs = {out.request_id: out for out in llm.step()}
+        steps_to_first_token += 1
+        assert len(outs[short].new_token_ids) == 1  # a decode token every single step
+        if long in outs:
+            break
+    assert steps_to_first_token >= 120 // 15  # the prompt went through in budget-sized chunks
+
+
+@pytest.mark.exercise("10.2", "10.3")
+def test_preemption_recomputes_and_keeps_outputs_exact(stories):
+    rng = np.random.default_rng(2)
+    prompts = [random_prompt(rng, int(n)) for n in rng.integers(2, 30, size=12)]
+    params = mixed_params(rng, len(prompts), max_tokens=30)
+    llm = LLM(stories, block_size=4, n_blocks=16, max_num_batched_tokens=64, prefix_caching=False)
+    results = llm.generate(prompts, params)
+    assert llm.stats().preemptions > 0
+    assert_same_as_solo(stories, prompts, params, results)
+    assert llm.scheduler.allocator.num_free == 16
+
+
+@pytest.mark.exercise("10.2")
+def test_the_most_recently_admitted_request_is_preempted(stories):
+    llm = LLM(stories, block_size=4, n_blocks=8, prefix_caching=False)
+    params = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)  # 4 + 24 tokens: 7 blocks each
+    first = llm.add_request([1, 5, 6, 7], params)
+    second = llm.add_request([1, 8, 9, 10], params)
+    seqs = {rid: llm.sequences[rid] for rid in (first, second)}
+    results = {}
+    while llm.has_unfinished():
+        for out in llm.step():
+            results[out.request_id] = out
+    assert seqs[first].metrics.preemptions == 0 and seqs[second].metrics.preemptions >= 1
+    assert results[second].token_ids == solo(stories, [1, 8, 9, 10], params)[0]
+
+
+@pytest.mark.exercise("10.3")
+def test_prefix_cache_hits_keep_outputs_exact(stories):
+    rng = np.random.default_rng(3)
+    shared = random_prompt(rng, 37)
+    prompts = [shared + rng.integers(3, 512, size=int(n)).tolist() for n in rng.integers(0, 12, size=8)]
+    prompts += [shared[:16], shared[:17], shared]  # ends on a block boundary, one past it, the whole prefix
+    params = mixed_params(rng, len(prompts))
+    llm = LLM(stories, block_size=8, max_num_seqs=4)
+    results = llm.generate(prompts, params)
+    # the first four ran together with an empty cache; then every full block of the shared prefix is a hit,
+    # except the block holding a prompt's last token, which must run to give the next token's logits
+    assert [out.metrics.cached_prompt_tokens for out in results] == [0] * 4 + [32] * 4 + [8, 16, 32]
+    assert llm.stats().prefix_cache_hit_rate > 0.3
+    assert_same_as_solo(stories, prompts, params, results)
+
+
+def test_prefix_cache_is_reused_after_the_owner_finished(stories):
+    prompt = random_prompt(np.random.default_rng(4), 40)
+    llm = LLM(stories, block_size=8)
+    first = llm.generate([prompt], max_tokens=3, temperature=0)[0]
+    second = llm.generate([prompt], max_tokens=3, temperature=0)[0]
+    assert first.metrics.cached_prompt_tokens == 0 and second.metrics.cached_prompt_tokens == 32
+    assert first.token_ids == second.token_ids
+
+
+def test_disabled_prefix_cache_never_hits(stories):
+    prompt = random_prompt(np.random.default_rng(4), 40)
+    llm = LLM(stories, block_size=8, prefix_caching=False)
+    llm.generate([prompt, prompt], max_tokens=3, temperature=0)
+    assert llm.stats().prefix_cache_hit_rate == 0
+
+
+def test_static_batching_is_exact_and_waits_for_the_whole_batch(stories):
+    rng = np.random.default_rng(5)
+    prompts = [random_prompt(rng, int(n)) for n in rng.integers(2, 30, size=8)]
+    params = mixed_params(rng, len(prompts))
+    llm = LLM(stories, block_size=8, max_num_seqs=4, static=True)
+    results = llm.generate(prompts, params)
+    first_batch_done = max(out.metrics.finished for out in results[:4])
+    assert all(out.metrics.first_scheduled >= first_batch_done for out in results[4:])
+    assert_same_as_solo(stories, prompts, params, results)
+
+
+def test_stop_tokens_and_eos_end_requests_like_solo_runs(stories):
+    prompt = [1, 100, 200]
+    greedy = solo(stories, prompt, SamplingParams(temperature=0, max_tokens=20, ignore_eos=True))[0]
+    params = [SamplingParams(temperature=0, max_tokens=20, stop_token_ids=[greedy[5]]),
+              SamplingParams(temperature=0, max_tokens=20, ignore_eos=True)]
+    results = LLM(stories).generate([prompt, prompt], params)
+    assert results[0].finish_reason == "stop" and results[0].token_ids == greedy[:5]
+    assert results[1].finish_reason == "length" and results[1].token_ids == greedy
+    assert_same_as_solo(stories, [prompt, prompt], params, results)
+
+
+def test_a_request_that_can_never_fit_the_pool_is_rejected_at_submission(stories):
+    llm = LLM(stories, block_size=16, n_blocks=4)
+    with pytest.raises(TinyInferError, match=r"needs 5 KV blocks .* only 4: .*n_blocks"):
+        llm.add_request([1] * 60, max_tokens=5)
+    assert not llm.has_unfinished()
+    assert llm.generate([[1] * 60], max_tokens=4, temperature=0)[0].finished  # 64 tokens fit exactly
+
+
+def test_a_request_beyond_the_context_window_is_rejected(stories):
+    with pytest.raises(TinyInferError, match="context window"):
+        LLM(stories).add_request([1] * 500, max_tokens=20)
+
+
+def test_invalid_sampling_params_are_rejected_per_request(stories):
+    llm = LLM(stories)
+    good = SamplingParams(temperature=0.8, seed=3, max_tokens=10)
+    first = llm.add_request([1, 30, 40], good)
+    llm.step()
+    with pytest.raises(TinyInferError, match="top_p"):
+        llm.add_request([1, 2], top_p=1.5)
+    with pytest.raises(TinyInferError, match="logit_bias names token id 9999"):
+        llm.add_request([1, 2], SamplingParams(logit_bias={9999: 1.0}))
+    with pytest.raises(TinyInferError, match="n=2"):
+        llm.add_request([1, 2], SamplingParams(n=2))
+    second = llm.add_request([1, 31, 41], good)
+    results = {}
+    while llm.has_unfinished():
+        results.update((out.request_id, out) for out in llm.step())
+    assert results[first].token_ids == solo(stories, [1, 30, 40], good)[0]
+    assert results[second].token_ids == solo(stories, [1, 31, 41], good)[0]
+
+
+def test_abort_frees_blocks_at_once(stories):
+    llm = LLM(stories, block_size=4, n_blocks=40, max_num_seqs=2)
+    params = SamplingParams(temperature=0, max_tokens=30, ignore_eos=True)
+    ids = [llm.add_request(random_prompt(np.random.default_rng(i), 20), params) for i in range(3)]
+    llm.step()
+    llm.step()
+    allocator = llm.scheduler.allocator
+    held = 40 - allocator.num_free
+    assert held > 0 and len(llm.scheduler.waiting) == 1
+    llm.abort(ids[2])  # still waiting: it held nothing
+    llm.abort(ids[0])
+    assert 40 - allocator.num_free < held and llm.sequences.keys() == {ids[1]}
+    llm.abort(ids[1])
+    llm.abort("no-such-request")
+    assert allocator.num_free == 40 and not llm.has_unfinished() and llm.step() == []
+
+
+def test_metrics_tell_the_story_of_each_request(stories):
+    rng = np.random.default_rng(6)
+    prompts = [random_prompt(rng, 20) for _ in range(6)]
+    llm = LLM(stories, max_num_seqs=2)
+    results = llm.generate(prompts, max_tokens=8, temperature=0, ignore_eos=True)
+    for out in results:
+        m = out.metrics
+        assert m.output_tokens == len(out.token_ids) == 8
+        assert 0 <= m.queue_s <= m.ttft_s <= m.latency_s and m.tpot_s > 0
+    assert results[-1].metrics.queue_s > results[0].metrics.queue_s  # the last pair waited for two batches
+    stats = llm.stats()
+    assert stats.generated_tokens == 48 and stats.throughput > 0 and stats.kv_utilisation == 0
+
+
+def test_streaming_outputs_add_up_to_the_final_result(stories):
+    llm = LLM(stories)
+    rid = llm.add_request([1, 70, 80], SamplingParams(temperature=0.7, seed=9, max_tokens=12))
+    streamed, final = [], None
+    while llm.has_unfinished():
+        for out in llm.step():
+            streamed += out.new_token_ids
+            final = out
+    assert final.request_id == rid and final.finished and streamed == final.token_ids
