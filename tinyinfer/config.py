@@ -44,12 +44,20 @@ class Config:
     o_bias: bool = False
     mlp_bias: bool = False
     qk_norm: bool = False  # Qwen3: RMSNorm over each head of q and k before RoPE
+    qk_norm_span: str = "head"  # "head" (Qwen3: each head alone) | "full" (OLMoE: the whole projection at once)
     sliding_window: int | None = None
     layer_types: list[str] = field(default_factory=list)  # per layer "full_attention" | "sliding_attention"
     tie_word_embeddings: bool = False
     bos_token_id: int | None = None
     eos_token_ids: list[int] = field(default_factory=list)
     torch_dtype: str | None = None  # the dtype the checkpoint was saved in, as the file says
+    # Mixture-of-Experts (tinyinfer/moe.py); n_experts == 0 means a dense model
+    n_experts: int = 0
+    n_experts_per_tok: int = 0  # top-k: experts each token is sent to
+    moe_d_ff: int = 0  # hidden width of one expert
+    norm_topk_prob: bool = True  # rescale the chosen experts' weights to sum to 1
+    shared_expert_d_ff: int = 0  # Qwen2-MoE: an always-on expert behind a sigmoid gate (0 = none)
+    moe_layers: list[int] | None = None  # layers whose MLP is a MoE (None = all of them, when n_experts)
 
     def __post_init__(self):
         if not self.layer_types:
@@ -59,6 +67,15 @@ class Config:
             raise TinyInferError(
                 f"config: num_attention_heads={self.n_heads} is not a multiple of num_key_value_heads={self.n_kv_heads}"
             )
+        if self.n_experts and not 1 <= self.n_experts_per_tok <= self.n_experts:
+            raise TinyInferError(
+                f"config: num_experts_per_tok={self.n_experts_per_tok} must be between 1 and the number of experts "
+                f"({self.n_experts}); fix num_experts_per_tok or num_experts/num_local_experts in config.json"
+            )
+
+    def is_moe_layer(self, layer: int) -> bool:
+        """Whether layer i's feed-forward is a Mixture-of-Experts (else a dense MLP of width d_ff)."""
+        return self.n_experts > 0 and (self.moe_layers is None or layer in self.moe_layers)
 
     def window_of(self, layer: int) -> int | None:
         """How many past positions a layer may attend to (None = the whole context)."""
@@ -105,18 +122,21 @@ def _llama_family(c: dict) -> dict:
     return fields
 
 
+QWEN_TYPES = ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe")
+
+
 def _sliding(c: dict) -> tuple[int | None, list[str]]:
     """Mistral slides every layer when `sliding_window` is set; Qwen only with `use_sliding_window`,
     from layer `max_window_layers` on. An explicit `layer_types` list (transformers 5) wins."""
     window = c.get("sliding_window")
-    if c["model_type"] in ("qwen2", "qwen3") and not c.get("use_sliding_window", False):
+    if c["model_type"] in QWEN_TYPES and not c.get("use_sliding_window", False):
         window = None
     if c.get("layer_types"):
         return window, list(c["layer_types"])
     n = c["num_hidden_layers"]
     if window is None:
         return None, ["full_attention"] * n
-    first = c.get("max_window_layers", 0) if c["model_type"] in ("qwen2", "qwen3") else 0
+    first = c.get("max_window_layers", 0) if c["model_type"] in QWEN_TYPES else 0
     return window, ["sliding_attention" if i >= first else "full_attention" for i in range(n)]
 
 
@@ -147,6 +167,50 @@ def _activation(name: str) -> str:
     return names[name]
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# Mixture-of-Experts families: a Llama-family attention, a routed MLP (tinyinfer/moe.py)
+# ---------------------------------------------------------------------------------------------------------------
+
+def _expert_count(c: dict) -> int:
+    """The number of experts, whichever name the file uses (transformers renamed it back and forth)."""
+    counts = {key: c[key] for key in ("num_local_experts", "num_experts") if c.get(key) is not None}
+    if len(set(counts.values())) > 1:
+        raise TinyInferError(f"config.json: the expert counts disagree: {counts}; keep one of them")
+    if not counts:
+        raise TinyInferError("config.json: a Mixture-of-Experts config needs num_local_experts (or num_experts)")
+    return next(iter(counts.values()))
+
+
+def _moe(c: dict, **fields) -> dict:
+    return dict(_llama_family(c), n_experts=_expert_count(c), n_experts_per_tok=c["num_experts_per_tok"], **fields)
+
+
+def _mixtral(c: dict) -> dict:
+    """Mixtral: every layer routed, experts as wide as `intermediate_size`, chosen weights always renormalised."""
+    return _moe(c, moe_d_ff=c["intermediate_size"], norm_topk_prob=True)
+
+
+def _qwen_moe(c: dict) -> dict:
+    """Qwen2-MoE (with a gated shared expert, q/k/v biases) and Qwen3-MoE (q/k norm per head, no bias).
+    Layers in `mlp_only_layers`, or off the `decoder_sparse_step` grid, keep a dense MLP."""
+    n, step, dense = c["num_hidden_layers"], c.get("decoder_sparse_step", 1), set(c.get("mlp_only_layers") or [])
+    fields = _moe(c, moe_d_ff=c["moe_intermediate_size"], norm_topk_prob=c.get("norm_topk_prob", False),
+                  shared_expert_d_ff=c.get("shared_expert_intermediate_size") or 0,
+                  moe_layers=[i for i in range(n) if i not in dense and (i + 1) % step == 0])
+    if c["model_type"] == "qwen2_moe":
+        fields["qkv_bias"] = c.get("qkv_bias", True)  # older files leave it out: Qwen1.5-MoE always has them
+    fields["qk_norm"] = c["model_type"] == "qwen3_moe"
+    return fields
+
+
+def _olmoe(c: dict) -> dict:
+    """OLMoE: q and k each pass one RMSNorm spanning the whole projection (all heads), before RoPE."""
+    if c.get("clip_qkv") is not None:
+        raise TinyInferError(f"config.json (olmoe): clip_qkv={c['clip_qkv']} is not supported; only clip_qkv null is")
+    return _moe(c, moe_d_ff=c["intermediate_size"], norm_topk_prob=c.get("norm_topk_prob", False),
+                qk_norm=True, qk_norm_span="full")
+
+
 # model_type -> function translating its config.json into Config fields
 HF_CONFIG_READERS = {
     "gpt2": _gpt2,
@@ -154,6 +218,10 @@ HF_CONFIG_READERS = {
     "mistral": _llama_family,
     "qwen2": _llama_family,
     "qwen3": _llama_family,
+    "mixtral": _mixtral,
+    "qwen2_moe": _qwen_moe,
+    "qwen3_moe": _qwen_moe,
+    "olmoe": _olmoe,
 }
 
 

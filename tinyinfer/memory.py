@@ -21,6 +21,7 @@ import time
 import numpy as np
 
 from tinyinfer.config import Config
+from tinyinfer.moe import moe_param_counts
 
 BYTES_PER_PARAM = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0, "int8": 1.0, "int4": 0.5}
 
@@ -32,16 +33,21 @@ def kv_bytes_per_token(n_layers: int, n_kv_heads: int, head_dim: int, bytes_per_
     # END EXERCISE 2.2
 
 
-def param_count(cfg: Config) -> int:
-    """Parameters of a dense model, from its config alone (a tied LM head counted once)."""
+def param_count(cfg: Config, active: bool = False) -> int:
+    """Parameters of a model, from its config alone (a tied LM head counted once).
+
+    `active=True` counts only what one token uses: a Mixture-of-Experts layer its top-k experts, not all.
+    """
     d, hd = cfg.d_model, cfg.head_dim
     q_dim, kv_dim = cfg.n_heads * hd, cfg.n_kv_heads * hd
     norm = d * (2 if cfg.norm == "layernorm" else 1)
     attention = d * q_dim + 2 * d * kv_dim + q_dim * d
-    attention += (q_dim + 2 * kv_dim) * cfg.qkv_bias + d * cfg.o_bias + 2 * hd * cfg.qk_norm
+    qk_norm = (q_dim + kv_dim if cfg.qk_norm_span == "full" else 2 * hd) * cfg.qk_norm
+    attention += (q_dim + 2 * kv_dim) * cfg.qkv_bias + d * cfg.o_bias + qk_norm
     n_mats = 3 if cfg.mlp == "swiglu" else 2
-    mlp = n_mats * d * cfg.d_ff + (cfg.d_ff * (n_mats - 1) + d) * cfg.mlp_bias
-    layers = cfg.n_layers * (2 * norm + attention + mlp)
+    dense_mlp = n_mats * d * cfg.d_ff + (cfg.d_ff * (n_mats - 1) + d) * cfg.mlp_bias
+    mlps = sum(moe_param_counts(cfg)[active] if cfg.is_moe_layer(i) else dense_mlp for i in range(cfg.n_layers))
+    layers = cfg.n_layers * (2 * norm + attention) + mlps
     embed = cfg.vocab_size * d + (cfg.max_seq_len * d if cfg.position == "learned" else 0)
     lm_head = 0 if cfg.tie_word_embeddings else cfg.vocab_size * d
     return embed + layers + norm + lm_head

@@ -24,6 +24,7 @@ from tinyinfer.config import Config
 from tinyinfer.errors import TinyInferError
 from tinyinfer.kv_cache import ContiguousKVCache
 from tinyinfer.mlp import gelu_mlp, swiglu
+from tinyinfer.moe import moe_feed_forward
 from tinyinfer.norms import apply_norm, rms_norm
 from tinyinfer.rope import apply_rope, inv_frequencies, rope_angles
 
@@ -82,9 +83,8 @@ class Model:
         q = _linear(h, layer, "q").reshape(T, cfg.n_heads, cfg.head_dim)  # [T, d] -> [T, H, hd]
         k = _linear(h, layer, "k").reshape(T, cfg.n_kv_heads, cfg.head_dim)  # [T, d] -> [T, KV, hd]
         v = _linear(h, layer, "v").reshape(T, cfg.n_kv_heads, cfg.head_dim)  # [T, d] -> [T, KV, hd]
-        if cfg.qk_norm:  # Qwen3: normalise each head's q and k before rotating them
-            q = rms_norm(q, layer["q_norm"], cfg.norm_eps)
-            k = rms_norm(k, layer["k_norm"], cfg.norm_eps)
+        if cfg.qk_norm:  # normalise q and k before rotating them: each head (Qwen3) or all heads as one (OLMoE)
+            q, k = _qk_norm(q, layer["q_norm"], cfg), _qk_norm(k, layer["k_norm"], cfg)
         if rope is not None:
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         out = self.xp.empty((T, cfg.n_heads * cfg.head_dim), dtype=q.dtype)  # [T, H*hd]
@@ -100,7 +100,9 @@ class Model:
         return _linear(out, layer, "o")  # [T, H*hd] -> [T, d]
 
     def feed_forward(self, i: int, layer: dict, h):
-        """The MLP of layer i: SwiGLU or GPT-2's GELU MLP.  [T, d] -> [T, d]"""
+        """The MLP of layer i: SwiGLU, GPT-2's GELU MLP, or a Mixture-of-Experts (tinyinfer/moe.py).  [T, d] -> [T, d]"""
+        if self.config.is_moe_layer(i):
+            return moe_feed_forward(h, layer["mlp"], self.config, self.expert_load, i)
         if self.config.mlp == "swiglu":
             return swiglu(h, layer["mlp"], self.config.activation)
         return gelu_mlp(h, layer["mlp"], self.config.activation)
@@ -143,6 +145,13 @@ class Model:
         """Number of parameters, a tied LM head counted once (it is the embedding table)."""
         total = sum(array.size for array in _leaves(self.params))
         return total - (self.params["lm_head"].size if self.config.tie_word_embeddings else 0)
+
+
+def _qk_norm(x, weight, cfg: Config):
+    """RMSNorm of q or k [T, heads, hd]: over each head (Qwen3), or over the whole projection (OLMoE)."""
+    if cfg.qk_norm_span == "full":
+        return rms_norm(x.reshape(x.shape[0], -1), weight, cfg.norm_eps).reshape(x.shape)  # [T, heads*hd] as one
+    return rms_norm(x, weight, cfg.norm_eps)
 
 
 def _linear(x, layer: dict, name: str):

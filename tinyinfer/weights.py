@@ -8,6 +8,8 @@ model code reads, checking every shape on the way:
         "layers": [{"attn_norm": {"weight", "bias"?}, "q": [d, H*hd], "k": [d, KV*hd], "v": [d, KV*hd],
                     "o": [H*hd, d], "q_bias"?, "k_bias"?, "v_bias"?, "o_bias"?, "q_norm"?, "k_norm"?,
                     "mlp_norm": {...}, "mlp": {"gate"?, "up", "down", "up_bias"?, "down_bias"?}}, ...],
+        a Mixture-of-Experts layer's "mlp": {"router": [d, E], "experts": [{"gate", "up", "down"} x E],
+                                             "shared"?: {"gate", "up", "down"}, "shared_gate"?: [d, 1]},
         "final_norm": {"weight", "bias"?},  "lm_head": [d, vocab],
     }
 
@@ -45,6 +47,7 @@ def tensor_getter(checkpoint: Checkpoint, dtype, strip_prefixes: tuple[str, ...]
             raise TinyInferError(f"tensor {full!r} has shape {list(found)}, expected {list(shape)} from config.json")
         return checkpoint.get(full, dtype)
 
+    get.has = lambda name: any(prefix + name in names for prefix in ("",) + strip_prefixes)  # layout probes
     return get
 
 
@@ -100,8 +103,9 @@ def llama_attention(get: Getter, cfg: Config, p: str) -> dict:
                  "v_bias": get(f"{p}.v_proj.bias", (kv_dim,))}
     if cfg.o_bias:
         attn["o_bias"] = get(f"{p}.o_proj.bias", (d,))
-    if cfg.qk_norm:
-        attn |= {"q_norm": get(f"{p}.q_norm.weight", (cfg.head_dim,)), "k_norm": get(f"{p}.k_norm.weight", (cfg.head_dim,))}
+    if cfg.qk_norm:  # one head wide (Qwen3), or the whole projection (OLMoE)
+        q_width, k_width = (q_dim, kv_dim) if cfg.qk_norm_span == "full" else (cfg.head_dim, cfg.head_dim)
+        attn |= {"q_norm": get(f"{p}.q_norm.weight", (q_width,)), "k_norm": get(f"{p}.k_norm.weight", (k_width,))}
     return attn
 
 
@@ -133,6 +137,52 @@ def llama_params(get: Getter, cfg: Config, mlp_params: Callable | None = None) -
     return {"embed": embed, "layers": layers, "final_norm": norm(get, "model.norm", d, False), "lm_head": lm_head}
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# Mixture-of-Experts (mixtral, qwen2_moe, qwen3_moe, olmoe): a router and one SwiGLU MLP per expert.
+# Files store one tensor set per expert (what save_pretrained writes):
+#     Mixtral:      model.layers.{i}.block_sparse_moe.gate.weight, ...experts.{e}.w1 (gate) / w3 (up) / w2 (down)
+#     Qwen, OLMoE:  model.layers.{i}.mlp.gate.weight, ...mlp.experts.{e}.gate_proj / up_proj / down_proj
+# transformers 5 holds all experts of a layer fused in memory; a file saved from that state reads
+#     model.layers.{i}.mlp.experts.gate_up_proj [E, 2*ff, d]  and  ...experts.down_proj [E, d, ff]
+# and is accepted too.
+# ---------------------------------------------------------------------------------------------------------------
+
+def moe_mlp_params(get: Getter, cfg: Config, i: int) -> dict:
+    """Layer i's feed-forward: a dense SwiGLU on non-MoE layers, else router + experts (+ shared expert)."""
+    p = f"model.layers.{i}.mlp"
+    if not cfg.is_moe_layer(i):
+        return swiglu_mlp(get, p, cfg.d_model, cfg.d_ff, cfg.mlp_bias)
+    if cfg.model_type == "mixtral" and not get.has(f"{p}.experts.gate_up_proj"):
+        p = f"model.layers.{i}.block_sparse_moe"
+    d, E, ff = cfg.d_model, cfg.n_experts, cfg.moe_d_ff
+    fields = f"num_experts={E}, hidden_size={d}, expert width {ff} (intermediate_size or moe_intermediate_size)"
+    try:
+        mlp = {"router": linear(get, f"{p}.gate.weight", d, E), "experts": _experts(get, cfg, p)}
+    except TinyInferError as e:
+        raise TinyInferError(f"{e}; config.json says {fields}") from None
+    if cfg.shared_expert_d_ff:
+        mlp["shared"] = swiglu_mlp(get, f"{p}.shared_expert", d, cfg.shared_expert_d_ff)
+        mlp["shared_gate"] = linear(get, f"{p}.shared_expert_gate.weight", d, 1)
+    return mlp
+
+
+def _experts(get: Getter, cfg: Config, p: str) -> list[dict]:
+    d, E, ff = cfg.d_model, cfg.n_experts, cfg.moe_d_ff
+    if get.has(f"{p}.experts.gate_up_proj"):  # fused: [E, 2*ff, d] (gate rows, then up rows) and [E, d, ff]
+        gate_up = get(f"{p}.experts.gate_up_proj", (E, 2 * ff, d)).transpose(0, 2, 1)  # -> [E, d, 2*ff]
+        down = get(f"{p}.experts.down_proj", (E, d, ff)).transpose(0, 2, 1)  # -> [E, ff, d]
+        return [{"gate": np.ascontiguousarray(gate_up[e, :, :ff]), "up": np.ascontiguousarray(gate_up[e, :, ff:]),
+                 "down": np.ascontiguousarray(down[e])} for e in range(E)]
+    if cfg.model_type == "mixtral":  # w1 = gate, w3 = up, w2 = down
+        return [{"gate": linear(get, f"{p}.experts.{e}.w1.weight", d, ff), "up": linear(get, f"{p}.experts.{e}.w3.weight", d, ff),
+                 "down": linear(get, f"{p}.experts.{e}.w2.weight", ff, d)} for e in range(E)]
+    return [swiglu_mlp(get, f"{p}.experts.{e}", d, ff) for e in range(E)]
+
+
+def moe_params(get: Getter, cfg: Config) -> dict:
+    return llama_params(get, cfg, moe_mlp_params)
+
+
 # model_type -> (function building params, name prefixes some checkpoints add)
 PARAM_BUILDERS = {
     "gpt2": (gpt2_params, ("transformer.",)),
@@ -140,6 +190,10 @@ PARAM_BUILDERS = {
     "mistral": (llama_params, ()),
     "qwen2": (llama_params, ()),
     "qwen3": (llama_params, ()),
+    "mixtral": (moe_params, ()),
+    "qwen2_moe": (moe_params, ()),
+    "qwen3_moe": (moe_params, ()),
+    "olmoe": (moe_params, ()),
 }
 
 
