@@ -123,10 +123,11 @@ class LLM:
     def step(self) -> list[RequestOutput]:
         """Run one model step for the scheduled sequences; return the outputs of those that gained a token."""
         self.started = self.started or time.perf_counter()
+        # BEGIN EXERCISE 10.3: one engine step: schedule, one forward pass for all, sample where a chunk ended
         batch = self.scheduler.schedule()
         if not batch.sequences:
             return []
-        logits = to_numpy(self.model.forward(batch.chunks, self.cache))  # [n_seqs, V]
+        logits = to_numpy(self.model.forward(batch.chunks, self.cache))  # [n_seqs, V]: last token of each chunk
         self.scheduler.advance(batch)
         outputs = []
         for row, seq in enumerate(batch.sequences):
@@ -136,6 +137,7 @@ class LLM:
             outputs.append(self._output(seq, new))
         self._log(batch)
         return outputs
+        # END EXERCISE 10.3
 
     def abort(self, request_id: str) -> None:
         """Stop a request now: its blocks are freed at once. Unknown or finished ids are ignored."""
