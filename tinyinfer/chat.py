@@ -100,6 +100,18 @@ class ChatTemplate:
             )
         return cls(source, special_tokens_of(config))
 
+    @classmethod
+    def for_model(cls, model) -> ChatTemplate:
+        """The chat template of a model given as `tinyinfer.load` takes it (folder, file, built-in name)."""
+        from tinyinfer.loading import resolve_path  # noqa: PLC0415 - loading pulls in the model code
+
+        if model is None:
+            from tinyinfer.resolve import DEFAULT_MODEL  # noqa: PLC0415
+
+            model = DEFAULT_MODEL
+        path = resolve_path(model)
+        return cls.from_pretrained(path if path.is_dir() else path.parent)
+
     def render(
         self,
         messages: list[dict],
@@ -165,3 +177,4 @@ def special_tokens_of(config: dict) -> dict[str, str]:
         if isinstance(value, str):
             tokens[name] = value
     return tokens
+

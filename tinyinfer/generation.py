@@ -2,7 +2,17 @@
 
     prefill:  the whole prompt through the model once -> logits of the next token     (time to first token)
     decode:   sample a token, feed it back, get the next logits; repeat               (time per output token)
-    until:    an EOS token, a stop token, or max_tokens
+    until:    an EOS token, a stop token, a stop string, or max_tokens
+
+Around the bare loop (`generate_tokens`) sit the parts a user of an LLM API expects:
+
+- the sampler (tinyinfer/sampling.py) with the request's SamplingParams, one seeded generator per sample;
+- streaming: each token goes through the streaming detokenizer (whole characters only) and then the stop
+  matcher (tinyinfer/stopping.py), so the stream never shows text that a stop string later cuts;
+- a result with the text, the token ids, why it finished ("eos", "stop" or "length"), per-token logprobs when
+  asked, and timings (TTFT, TPOT, tokens/s);
+- `n` samples of one prompt, decoded one after the other here (the serving engine batches them);
+- a constraint (tinyinfer/constrain/), applied by the sampler as a mask on the logits.
 
 The KV cache is allocated once for prompt + max_tokens, so the loop never copies it. A prompt that cannot fit
 in the context window with its max_tokens is refused before any work is done.
@@ -22,7 +32,8 @@ from typing import Iterator
 
 from tinyinfer.errors import TinyInferError
 from tinyinfer.model import SeqChunk
-from tinyinfer.sampling import Sampler, SamplingParams, TokenChoice
+from tinyinfer.sampling import Sampler, SamplingParams, TokenChoice, sequence_rngs
+from tinyinfer.stopping import StopMatcher
 
 
 @dataclass
@@ -44,32 +55,36 @@ class Timings:
 
 @dataclass
 class GenerationResult:
-    text: str
-    token_ids: list[int]
-    finish_reason: str  # "eos" | "stop" | "length"
+    text: str  # what the stream showed: decoded tokens, cut before a stop string
+    token_ids: list[int]  # generated tokens, without the EOS / stop token that ended them
+    finish_reason: str  # "eos" | "stop" (stop string or stop token) | "length"
     prompt_tokens: int
     timings: Timings
-    logprobs: list[TokenChoice] | None = None
+    logprobs: list[TokenChoice] | None = None  # one per token id, when SamplingParams.logprobs is set
     prompt_ids: list[int] = field(default_factory=list)
+    stop_string: str | None = None  # the stop string that matched, if any
 
 
 class GenerationStream:
     """Iterate to get the text as it is produced; `.result` holds the GenerationResult once done."""
 
-    def __init__(self, model, prompt_ids: list[int], params: SamplingParams, constraint=None):
+    def __init__(self, model, prompt_ids: list[int], sampler: Sampler):
         self.result: GenerationResult | None = None
-        self._pieces = _run(model, prompt_ids, params, constraint, self)
+        self._pieces = _run(model, prompt_ids, sampler, self)
 
     def __iter__(self) -> Iterator[str]:
         return self._pieces
 
 
-def encode_prompt(model, prompt) -> list[int]:
-    """Token ids of a prompt given as text (encoded with the model's tokenizer) or as ids."""
+def encode_prompt(model, prompt, add_special_tokens: bool = True) -> list[int]:
+    """Token ids of a prompt given as text (encoded with the model's tokenizer) or as ids.
+
+    A rendered chat template already holds its special tokens, so it is encoded with add_special_tokens=False.
+    """
     if isinstance(prompt, str):
         if model.tokenizer is None:
             raise TinyInferError("this model has no tokenizer: pass token ids, or load it with tokenizer=PATH")
-        return model.tokenizer.encode(prompt)
+        return model.tokenizer.encode(prompt, add_special_tokens=add_special_tokens)
     ids = [int(i) for i in prompt]
     if not ids:
         raise TinyInferError("the prompt is empty: give at least one token")
@@ -122,39 +137,55 @@ def generate_tokens(model, prompt_ids: list[int], sampler: Sampler, timings: Tim
     # END EXERCISE 5.2
 
 
+def eos_ids(model) -> set[int]:
+    """The model's end-of-sequence ids: from its config (generation_config.json) and its tokenizer."""
+    ids = set(model.config.eos_token_ids)
+    if model.tokenizer is not None and model.tokenizer.eos_token_id is not None:
+        ids.add(model.tokenizer.eos_token_id)
+    return ids
+
+
 def stop_ids(model, params: SamplingParams) -> set[int]:
     """Token ids that end generation: the model's EOS ids (unless ignore_eos) and the request's stop ids."""
     ids = set(params.stop_token_ids)
     if not params.ignore_eos:
-        ids |= set(model.config.eos_token_ids)
-        if model.tokenizer is not None and model.tokenizer.eos_token_id is not None:
-            ids.add(model.tokenizer.eos_token_id)
+        ids |= eos_ids(model)
     return ids
 
 
-def _run(model, prompt_ids: list[int], params: SamplingParams, constraint, out: GenerationStream) -> Iterator[str]:
-    sampler = Sampler(params, prompt_ids, constraint)
+def _run(model, prompt_ids: list[int], sampler: Sampler, out: GenerationStream) -> Iterator[str]:
+    params = sampler.params
     timings = Timings()
     enders = stop_ids(model, params)
     detok = _detokenizer(model)
-    tokens, choices, finish_reason = [], [], "length"
+    matcher = StopMatcher(params.stop)
+    tokens, choices, pieces, finish_reason = [], [], [], "length"
     for choice in generate_tokens(model, prompt_ids, sampler, timings):
         if choice.token_id in enders:
-            finish_reason = "eos" if choice.token_id not in params.stop_token_ids else "stop"
+            finish_reason = "stop" if choice.token_id in params.stop_token_ids else "eos"
             break
         tokens.append(choice.token_id)
         choices.append(choice)
-        if detok is not None:
-            piece = detok.push(choice.token_id)
-            if piece:
-                yield piece
-    if detok is not None:
-        tail = detok.flush()
+        if detok is None:
+            continue
+        piece = matcher.push(detok.push(choice.token_id))  # whole characters, minus a possible stop prefix
+        if piece:
+            pieces.append(piece)
+            yield piece
+        if matcher.stopped:
+            finish_reason = "stop"
+            break
+    if detok is not None and not matcher.stopped:
+        tail = matcher.push(detok.flush())  # the detokenizer's last bytes may still complete a stop string
+        finish_reason = "stop" if matcher.stopped else finish_reason
+        tail += matcher.flush()
         if tail:
+            pieces.append(tail)
             yield tail
-    text = model.tokenizer.decode(tokens) if model.tokenizer is not None else ""
-    out.result = GenerationResult(text, tokens, finish_reason, len(prompt_ids), timings,
-                                  choices if params.logprobs is not None else None, prompt_ids)
+    out.result = GenerationResult(
+        "".join(pieces), tokens, finish_reason, len(prompt_ids), timings,
+        choices if params.logprobs is not None else None, prompt_ids, matcher.stop_string,
+    )
 
 
 def _detokenizer(model):
@@ -166,25 +197,45 @@ def _detokenizer(model):
 
 
 def generate(model, prompt, params: SamplingParams | None = None, *, stream: bool = False, constraint=None,
-             **overrides):
+             add_special_tokens: bool = True, **overrides):
     """Generate a continuation of `prompt` (text or token ids).
 
     `params` is a SamplingParams, or give its fields as keywords (max_tokens=50, temperature=0, seed=1, ...);
-    unspecified fields come from the checkpoint's generation_config.json. Returns a GenerationResult, or with
-    `stream=True` a GenerationStream yielding text pieces whose `.result` is set at the end.
+    unspecified fields come from the checkpoint's generation_config.json.
+
+    Returns a GenerationResult, or with `stream=True` a GenerationStream yielding text pieces whose `.result`
+    is set at the end. With n > 1 it returns a list of them, one per sample (sample i uses generator i of the
+    request's seed, so sample 0 equals the n = 1 run).
+
+    `constraint`: an object with `allowed_mask()`, `advance(id)`, `is_complete()` (tinyinfer/constrain/), or a
+    function making a fresh one (needed with n > 1: each sample walks its own grammar state).
     """
     params = resolve_params(model, params, overrides)
-    prompt_ids = encode_prompt(model, prompt)
+    prompt_ids = encode_prompt(model, prompt, add_special_tokens)
     check_fits(model, len(prompt_ids), params.max_tokens)
-    out = GenerationStream(model, prompt_ids, params, constraint)
-    if stream:
-        return out
-    for _ in out:
-        pass
-    return out.result
+    if params.stop and model.tokenizer is None:
+        raise TinyInferError("stop strings need the model's tokenizer to read the text: use stop_token_ids instead")
+    make_constraint = _constraint_factory(constraint, params.n)
+    streams = [
+        GenerationStream(model, prompt_ids, Sampler(params, prompt_ids, make_constraint(), rng))
+        for rng in sequence_rngs(params.seed, params.n)
+    ]
+    if not stream:
+        for s in streams:
+            for _ in s:
+                pass
+    outputs = streams if stream else [s.result for s in streams]
+    return outputs[0] if params.n == 1 else outputs
+
+
+def _constraint_factory(constraint, n: int):
+    if constraint is None or callable(constraint):
+        return constraint or (lambda: None)
+    if n > 1:
+        raise TinyInferError("with n > 1 each sample needs its own constraint: pass a function that builds one")
+    return lambda: constraint
 
 
 def greedy_tokens(model, prompt_ids: list[int], n: int) -> list[int]:
     """The next n greedy token ids, EOS ignored (for parity checks against other implementations)."""
     return generate(model, prompt_ids, max_tokens=n, temperature=0.0, ignore_eos=True).token_ids
-

@@ -1,32 +1,150 @@
-"""`tinyinfer generate [--model M] "prompt"`: stream a continuation to stdout, statistics to stderr."""
+"""`tinyinfer generate [--model M] "prompt"`: stream a continuation to stdout, statistics to stderr.
+
+    python -m tinyinfer generate --model PATH "Once upon a time" --temperature 0.8 --top-p 0.9 --seed 1
+    python -m tinyinfer generate --model PATH "List three fruits:" --stop "\\n\\n" --logprobs 3 -n 2
+    python -m tinyinfer generate --model PATH --chat "What is a KV cache?"
+
+Every SamplingParams field is a flag; a flag not given takes the checkpoint's generation_config.json value
+(or SamplingParams' default). With --logprobs N each token's logprob and its N best alternatives go to stderr.
+"""
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import tinyinfer
+from tinyinfer.errors import TinyInferError
+
+# flag -> SamplingParams field, for the flags that map one to one
+SAMPLING_FLAGS = {
+    "temperature": (float, "0 = greedy (ties -> lowest id); default from the checkpoint"),
+    "top_k": (int, "keep the k most likely tokens (0 = off)"),
+    "top_p": (float, "keep the smallest set of tokens whose probability reaches p, in (0, 1]"),
+    "min_p": (float, "drop tokens less likely than min_p x the most likely, in [0, 1]"),
+    "repetition_penalty": (float, "HF repetition penalty on prompt and output tokens (> 0, 1 = off)"),
+    "presence_penalty": (float, "OpenAI presence penalty on generated tokens, in [-2, 2]"),
+    "frequency_penalty": (float, "OpenAI frequency penalty on generated tokens, in [-2, 2]"),
+    "max_tokens": (int, "generate at most this many tokens"),
+    "seed": (int, "random seed: the same seed gives the same text"),
+    "logprobs": (int, "print each token's logprob and its N best alternatives to stderr"),
+}
 
 
-def add_arguments(parser) -> None:
-    parser.add_argument("prompt", help="the text to continue")
+# the structured-output kinds, each a flag of the same name (the argparse groups make them exclusive)
+CONSTRAINT_KINDS = ("json_schema", "json", "regex", "choice")
+
+
+def add_sampling_arguments(parser) -> None:
+    """The flags shared by `generate` and `chat`: one per SamplingParams field."""
     parser.add_argument("--model", default=None, help="built-in name, model folder, llama2.c .bin, or HF repo id "
                         "(default: the built-in model)")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    parser.add_argument("--max-tokens", type=int, default=None, help="generate at most this many tokens")
-    parser.add_argument("--temperature", type=float, default=None, help="0 = greedy; default from the checkpoint")
-    parser.add_argument("--seed", type=int, default=None, help="random seed for reproducible sampling")
+    for name, (kind, help_text) in SAMPLING_FLAGS.items():
+        parser.add_argument("--" + name.replace("_", "-"), type=kind, default=None, help=help_text)
+    parser.add_argument("--stop", action="append", default=None, metavar="TEXT",
+                        help="stop when the text contains TEXT (not printed); repeatable")
+    parser.add_argument("--ignore-eos", action="store_true", default=None, help="keep generating past EOS")
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("prompt", help="the text to continue (with --chat: the user message)")
+    add_sampling_arguments(parser)
+    parser.add_argument("-n", type=int, default=None, help="number of independent samples (default 1)")
+    parser.add_argument("--chat", action="store_true", help="wrap the prompt as one user message in the chat template")
+    parser.add_argument("--system", default=None, help="with --chat: a system message before the user message")
+    if _structured_output_available():
+        add_constraint_arguments(parser)
+
+
+def _structured_output_available() -> bool:
+    import tinyinfer.constrain  # noqa: PLC0415
+
+    return hasattr(tinyinfer.constrain, "build_constraint")
+
+
+def add_constraint_arguments(parser) -> None:
+    """--json-schema FILE | --json | --regex R | --choice X (repeatable): structured output."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--json-schema", metavar="FILE", help="output must be JSON valid against this JSON Schema")
+    group.add_argument("--json", action="store_true", help="output must be a JSON value")
+    group.add_argument("--regex", metavar="R", help="output must match this regular expression")
+    group.add_argument("--choice", action="append", metavar="X", help="output must be one of these strings; repeatable")
+
+
+def sampling_overrides(args) -> dict:
+    """The SamplingParams fields given on the command line (None = not given)."""
+    overrides = {name: getattr(args, name) for name in SAMPLING_FLAGS}
+    overrides.update(stop=args.stop, ignore_eos=args.ignore_eos, n=getattr(args, "n", None))
+    return overrides
+
+
+def constraint_factory(args, model):
+    """A function building a fresh constraint per sample from the constraint flags, or None."""
+    chosen = [(kind, getattr(args, kind, None)) for kind in CONSTRAINT_KINDS if getattr(args, kind, None)]
+    if not chosen:
+        return None
+    kind, spec = chosen[0]
+    spec = None if kind == "json" else spec  # --json is a flag: any JSON value, no spec
+    if kind == "json_schema":
+        path = Path(spec)
+        if not path.is_file():
+            raise TinyInferError(f"--json-schema {spec}: no such file; give the path of a JSON Schema file")
+        spec = path.read_text(encoding="utf-8")
+    if model.tokenizer is None:
+        raise TinyInferError("structured output needs the model's tokenizer: load a model that has one")
+    from tinyinfer.constrain import build_constraint  # noqa: PLC0415
+    from tinyinfer.generation import eos_ids  # noqa: PLC0415
+
+    build_constraint(kind, spec, model.tokenizer, sorted(eos_ids(model)))  # fail fast on a bad spec
+    return lambda: build_constraint(kind, spec, model.tokenizer, sorted(eos_ids(model)))
 
 
 def run(args) -> int:
     model = tinyinfer.load(args.model, device=args.device)
-    stream = model.generate(args.prompt, stream=True, max_tokens=args.max_tokens, temperature=args.temperature,
-                            seed=args.seed)
+    prompt, add_special = args.prompt, True
+    if args.chat:
+        from tinyinfer.chat import ChatTemplate  # noqa: PLC0415
+
+        messages = ([{"role": "system", "content": args.system}] if args.system else []) + [
+            {"role": "user", "content": args.prompt}
+        ]
+        # the rendered template already holds its special tokens (BOS...): encode it without adding more
+        prompt, add_special = ChatTemplate.for_model(args.model).render(messages, add_generation_prompt=True), False
+    elif args.system:
+        raise TinyInferError("--system needs --chat (a system message only exists in a chat template)")
+    outputs = model.generate(prompt, stream=True, constraint=constraint_factory(args, model),
+                             add_special_tokens=add_special, **sampling_overrides(args))
+    streams = outputs if isinstance(outputs, list) else [outputs]
+    for index, stream in enumerate(streams):
+        if len(streams) > 1:
+            print(f"--- sample {index + 1} of {len(streams)} ---", flush=True)
+        write_stream(stream)
+        print_logprobs(stream.result, model.tokenizer)
+        print_stats(stream.result)
+    return 0
+
+
+def write_stream(stream) -> None:
+    """Print the text pieces as they come, then a newline."""
     for piece in stream:
         sys.stdout.write(piece)
         sys.stdout.flush()
     sys.stdout.write("\n")
-    print_stats(stream.result)
-    return 0
+    sys.stdout.flush()
+
+
+def print_logprobs(result, tokenizer) -> None:
+    """One line per generated token on stderr: the token, its logprob, and the best alternatives."""
+    if result.logprobs is None:
+        return
+
+    def show(token_id: int) -> str:
+        return repr(tokenizer.decode([token_id])) if tokenizer is not None else str(token_id)
+
+    for choice in result.logprobs:
+        alternatives = "  ".join(f"{show(i)} {lp:.3f}" for i, lp in choice.top_logprobs)
+        print(f"{show(choice.token_id):>16} {choice.logprob:8.3f}   | {alternatives}", file=sys.stderr)
 
 
 def print_stats(result) -> None:
@@ -34,3 +152,4 @@ def print_stats(result) -> None:
     print(f"[{result.prompt_tokens} prompt tokens, {len(result.token_ids)} output tokens ({result.finish_reason}); "
           f"TTFT {t.ttft_s * 1000:.1f} ms, TPOT {t.tpot_s * 1000:.1f} ms, decode {t.tokens_per_s:.1f} tokens/s]",
           file=sys.stderr)
+
