@@ -1,0 +1,116 @@
+"""Broken checkpoints get a TinyInferError that names the problem, and the CLI turns it into one line.
+
+Each test damages a copy of a tiny valid checkpoint (weights_scripts/make_tiny_models.py) in one way.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+from safetensors.numpy import load_file, save_file
+
+import tinyinfer
+from tinyinfer.errors import TinyInferError
+from tiny_models import ROOT, tiny_checkpoint  # noqa: F401
+
+SUPPORTED = ("gpt2", "llama", "mistral", "qwen2", "qwen3")
+
+
+@pytest.fixture
+def checkpoint(tiny_checkpoint, tmp_path):
+    """A private copy of the tiny llama checkpoint, free to damage."""
+    folder = tmp_path / "model"
+    shutil.copytree(tiny_checkpoint("llama"), folder)
+    return folder
+
+
+def edit_config(folder, **fields):
+    path = folder / "config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **fields}))
+
+
+def edit_tensors(folder, edit):
+    path = folder / "model.safetensors"
+    tensors = load_file(path)
+    edit(tensors)
+    save_file(tensors, path, metadata={"format": "pt"})
+
+
+def load_error(path) -> str:
+    with pytest.raises(TinyInferError) as info:
+        tinyinfer.load(path)
+    return str(info.value)
+
+
+def test_unknown_model_type_lists_the_supported_ones(checkpoint):
+    edit_config(checkpoint, model_type="falcon")
+    message = load_error(checkpoint)
+    assert "falcon" in message
+    assert all(name in message for name in SUPPORTED)
+
+
+def test_missing_tensor_is_named(checkpoint):
+    edit_tensors(checkpoint, lambda t: t.pop("model.layers.1.mlp.down_proj.weight"))
+    assert "model.layers.1.mlp.down_proj.weight" in load_error(checkpoint)
+
+
+def test_misshapen_tensor_names_expected_and_found_shape(checkpoint):
+    name = "model.layers.0.self_attn.k_proj.weight"  # [kv_heads * head_dim, d_model] = [48, 48]
+
+    def cut(tensors):
+        tensors[name] = tensors[name][:24].copy()  # [48, 48] -> [24, 48]
+
+    edit_tensors(checkpoint, cut)
+    message = load_error(checkpoint)
+    assert name in message
+    assert "24, 48" in message and "48, 48" in message  # found and expected, as a list or a tuple
+
+
+@pytest.mark.parametrize("keep", [0.5, 100, 5])
+def test_truncated_safetensors_file(checkpoint, keep):
+    """Cut in the tensor data, in the JSON header, and inside the 8-byte header length."""
+    path = checkpoint / "model.safetensors"
+    data = path.read_bytes()
+    path.write_bytes(data[: int(len(data) * keep) if keep < 1 else keep])
+    message = load_error(checkpoint)
+    assert "model.safetensors" in message and "truncated" in message
+
+
+@pytest.mark.parametrize("name, zip_format", [("pytorch_model.bin", True), ("pytorch_model.bin", False),
+                                              ("model.pt", True)])
+def test_pytorch_pickle_file_is_refused(checkpoint, name, zip_format):
+    """Never unpickled: both the folder and the file itself get an error that says to convert.
+    torch.save writes a zip archive; before PyTorch 1.6 it wrote a bare pickle stream."""
+    (checkpoint / "model.safetensors").unlink()
+    tensors = {"model.embed_tokens.weight": torch.zeros(4, 4)}
+    torch.save(tensors, checkpoint / name, _use_new_zipfile_serialization=zip_format)
+    for path in (checkpoint, checkpoint / name):
+        message = load_error(path)
+        assert "safetensors" in message and "convert" in message.lower(), (path, message)
+
+
+def test_missing_config_json(checkpoint):
+    (checkpoint / "config.json").unlink()
+    assert "config.json" in load_error(checkpoint)
+
+
+@pytest.mark.parametrize("damage", ["no such folder", "unknown model_type"])
+def test_cli_prints_one_line_and_fails_without_traceback(checkpoint, tmp_path, damage):
+    if damage == "unknown model_type":
+        edit_config(checkpoint, model_type="falcon")
+    model = checkpoint if damage == "unknown model_type" else tmp_path / "missing"
+    run = subprocess.run(
+        [sys.executable, "-m", "tinyinfer", "generate", "--model", str(model), "x"],
+        capture_output=True, text=True, cwd=ROOT, timeout=120,
+    )
+    assert run.returncode != 0
+    assert run.stdout == ""
+    assert "Traceback" not in run.stderr
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:"), run.stderr
+    assert ("falcon" if damage == "unknown model_type" else "missing") in lines[0]
