@@ -219,3 +219,11 @@ def test_generate_command_streams_text_and_reports_timings():
     assert len(out.stdout.split()) > 5
     for field in ("prompt tokens", "output tokens", "TTFT", "TPOT", "tokens/s"):
         assert field in out.stderr
+
+
+def test_pytorch_pickles_are_refused_not_unpickled(tmp_path):
+    torch = pytest.importorskip("torch")
+    path = tmp_path / "pytorch_model.bin"
+    torch.save({"weight": torch.zeros(2)}, path)
+    with pytest.raises(TinyInferError, match="never unpickles: convert it to safetensors"):
+        tinyinfer.load(path)

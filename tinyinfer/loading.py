@@ -59,8 +59,9 @@ def load(model=None, device: str = "cpu", dtype=None, tokenizer=None) -> Model:
         model = DEFAULT_MODEL
     path = resolve_path(model)
     compute_dtype = DTYPES[dtype]
-    if path.is_file() and path.suffix in (".pt", ".pth", ".pkl", ".ckpt"):
-        raise TinyInferError(f"{path} is a PyTorch pickle, which tinyinfer never unpickles: convert it to safetensors")
+    if path.is_file() and _is_pytorch_pickle(path):
+        raise TinyInferError(f"{path} is a PyTorch pickle, which tinyinfer never unpickles: convert it to safetensors "
+                             "(load it with transformers and call save_pretrained(folder, safe_serialization=True))")
     if path.is_file() and path.suffix != ".safetensors":
         config, params, generation_config = *_load_llama2c(path, compute_dtype), {}
         tokenizer_path = tokenizer or _find_llama2c_tokenizer(path)
@@ -74,6 +75,13 @@ def load(model=None, device: str = "cpu", dtype=None, tokenizer=None) -> Model:
         generation_config = read_json(gen_path, "generation_config.json") if gen_path.exists() else {}
         tokenizer_path = tokenizer or (folder if (folder / "tokenizer.json").exists() else None)
     return Model(config, params, _load_tokenizer(tokenizer_path), device, generation_config, compute_dtype)
+
+
+def _is_pytorch_pickle(path: Path) -> bool:
+    """torch.save writes a zip archive ("PK..."), older versions a raw pickle (protocol byte 0x80)."""
+    with open(path, "rb") as f:
+        head = f.read(4)
+    return path.suffix in (".pt", ".pth", ".pkl", ".ckpt") or head == b"PK\x03\x04" or head[:1] == b"\x80"
 
 
 def _load_llama2c(path: Path, dtype):

@@ -1,0 +1,46 @@
+"""The same code on CuPy: run on an NVIDIA GPU machine; skipped (with the reason) everywhere else."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tinyinfer
+from tinyinfer.backend import cuda_available, get_xp
+from tinyinfer.errors import TinyInferError
+
+from conftest import shared_data
+
+needs_gpu = pytest.mark.skipif(not cuda_available(), reason="needs CuPy and an NVIDIA GPU")
+
+
+def test_asking_for_cuda_without_a_gpu_is_a_clear_error():
+    if cuda_available():
+        pytest.skip("a GPU is present")
+    with pytest.raises(TinyInferError, match="cuda"):
+        get_xp("cuda")
+
+
+def test_unknown_device_is_a_clear_error():
+    with pytest.raises(TinyInferError, match="unknown device 'tpu'"):
+        get_xp("tpu")
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_gpu_logits_match_cpu_on_trained_model():
+    path = shared_data("models/stories260K/stories260K.bin")
+    ids = [1, 403, 407, 261, 378, 432, 383, 286]
+    cpu = tinyinfer.load(path).logits(ids)
+    gpu = tinyinfer.load(path, device="cuda").logits(ids)
+    assert isinstance(gpu, np.ndarray)
+    np.testing.assert_allclose(gpu, cpu, atol=1e-4)
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_gpu_greedy_generation_matches_cpu():
+    path = shared_data("models/stories260K/stories260K.bin")
+    cpu = tinyinfer.load(path).generate([1], max_tokens=64, temperature=0.0).token_ids
+    gpu = tinyinfer.load(path, device="cuda").generate([1], max_tokens=64, temperature=0.0).token_ids
+    assert gpu == cpu
