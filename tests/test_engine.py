@@ -69,7 +69,7 @@ def test_the_most_recently_admitted_request_is_preempted(stories):
     params = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)  # 4 + 24 tokens: 7 blocks each
     first = llm.add_request([1, 5, 6, 7], params)
     second = llm.add_request([1, 8, 9, 10], params)
-    seqs = {rid: llm.sequences[rid] for rid in (first, second)}
+    seqs = {rid: llm.requests[rid][0] for rid in (first, second)}
     results = {}
     while llm.has_unfinished():
         for out in llm.step():
@@ -154,8 +154,8 @@ def test_invalid_sampling_params_are_rejected_per_request(stories):
         llm.add_request([1, 2], top_p=1.5)
     with pytest.raises(TinyInferError, match="logit_bias names token id 9999"):
         llm.add_request([1, 2], SamplingParams(logit_bias={9999: 1.0}))
-    with pytest.raises(TinyInferError, match="n=2"):
-        llm.add_request([1, 2], SamplingParams(n=2))
+    with pytest.raises(TinyInferError, match="stop strings need the model's tokenizer"):
+        llm.add_request([1, 2], SamplingParams(stop=["."]))
     second = llm.add_request([1, 31, 41], good)
     results = {}
     while llm.has_unfinished():
@@ -175,7 +175,7 @@ def test_abort_frees_blocks_at_once(stories):
     assert held > 0 and len(llm.scheduler.waiting) == 1
     llm.abort(ids[2])  # still waiting: it held nothing
     llm.abort(ids[0])
-    assert 40 - allocator.num_free < held and llm.sequences.keys() == {ids[1]}
+    assert 40 - allocator.num_free < held and llm.requests.keys() == {ids[1]}
     llm.abort(ids[1])
     llm.abort("no-such-request")
     assert allocator.num_free == 40 and not llm.has_unfinished() and llm.step() == []
@@ -204,3 +204,14 @@ def test_streaming_outputs_add_up_to_the_final_result(stories):
             streamed += out.new_token_ids
             final = out
     assert final.request_id == rid and final.finished and streamed == final.token_ids
+
+
+def test_n_samples_of_one_request_equal_the_solo_samples(stories):
+    params = SamplingParams(temperature=1.0, seed=11, max_tokens=10, n=3)
+    prompt = [1, 90, 91, 92]
+    llm = LLM(stories, block_size=4)
+    samples = llm.generate([prompt, [1, 5]], [params, SamplingParams(temperature=0, max_tokens=4)])[0]
+    want = stories.generate(prompt, params)
+    assert [out.index for out in samples] == [0, 1, 2]
+    assert [out.token_ids for out in samples] == [r.token_ids for r in want]
+    assert len({tuple(out.token_ids) for out in samples}) > 1  # three different draws

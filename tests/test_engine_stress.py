@@ -46,13 +46,13 @@ def test_stress_small_pool_with_aborts(stories):
                 llm.add_request(prompts[i], params[i], request_id=str(i))
         for out in llm.step():
             results[out.request_id] = out
-        for rid in [rid for rid in llm.sequences if int(rid) in to_abort and rng.random() < 0.2]:
+        for rid in [rid for rid in llm.requests if int(rid) in to_abort and rng.random() < 0.2]:
             aborted[rid] = list(results[rid].token_ids) if rid in results else []
             llm.abort(rid)
     stats = llm.stats()
     assert stats.preemptions > 0 and stats.prefix_cache_hit_rate > 0  # the hard paths were exercised
     assert llm.scheduler.allocator.num_free == N_BLOCKS  # no leaked block
-    assert not llm.cache.tables and not llm.sequences
+    assert not llm.cache.tables and not llm.requests
     assert len(aborted) >= 10
     for i in range(N_REQUESTS):
         want = solo(stories, prompts[i], params[i])

@@ -25,24 +25,24 @@ import itertools
 import time
 from dataclasses import dataclass
 
-from tinyinfer.backend import to_numpy
 from tinyinfer.engine.paged_cache import PagedKVCache
 from tinyinfer.engine.scheduler import Scheduler, SchedulerConfig
 from tinyinfer.engine.sequence import RequestMetrics, Sequence, Status
 from tinyinfer.errors import TinyInferError
 from tinyinfer.generation import check_fits, encode_prompt, resolve_params, stop_ids
-from tinyinfer.sampling import Sampler, SamplingParams
+from tinyinfer.sampling import Sampler, SamplingParams, sequence_rngs
 from tinyinfer.stopping import StopMatcher
 
 
 @dataclass
 class RequestOutput:
-    """A request's state after a step: the tokens it gained (`new_token_ids`) and everything so far."""
+    """One sample of a request after a step: the tokens it gained (`new_token_ids`) and everything so far."""
 
     request_id: str
+    index: int  # which of the request's n samples
     prompt_ids: list[int]
     token_ids: list[int]  # output tokens (an EOS or stop token that ended it is not included)
-    text: str
+    text: str  # the text shown so far (with a tokenizer): whole characters, cut before a stop string
     new_token_ids: list[int]
     finished: bool
     finish_reason: str | None  # "eos" | "stop" | "length" | "abort"
@@ -57,7 +57,7 @@ class StepRecord:
     num_seqs: int  # sequences in the batch
     num_tokens: int  # tokens through the model
     blocks_held: int  # blocks held by running sequences (a shared block counted once)
-    live_tokens: int  # tokens whose K/V running sequences need (a shared prefix counted once per sequence)
+    live_tokens: int  # tokens whose K/V the running sequences hold (a shared prefix counted once per sequence)
 
 
 @dataclass
@@ -89,35 +89,38 @@ class LLM:
         self.cache = PagedKVCache(model.config, n_blocks, block_size, model.dtype, model.xp)
         self.scheduler = Scheduler(SchedulerConfig(max_num_seqs, max_num_batched_tokens, chunked_prefill,
                                                    prefix_caching, static), self.cache)
-        self.sequences: dict[str, Sequence] = {}  # unfinished requests by id
+        self.requests: dict[str, list[Sequence]] = {}  # unfinished requests by id: their samples
         self.step_log: list[StepRecord] = []
         self.generated_tokens = 0
         self.started: float | None = None
-        self._ids = itertools.count()
+        self._ids = itertools.count()  # automatic request ids
+        self._seq_ids = itertools.count()  # block-table keys, one per sample
 
     # -- streaming API --------------------------------------------------------------------------------------
 
     def add_request(self, prompt, params: SamplingParams | None = None, request_id: str | None = None,
                     arrival: float | None = None, **overrides) -> str:
-        """Queue a request (text or token ids); returns its id. Bad input raises here and queues nothing."""
+        """Queue a request (text or token ids); returns its id. Bad input raises here and queues nothing.
+
+        With n > 1 the request runs as n sequences; sample i draws from generator i of the request's seed,
+        exactly as `model.generate` does, so each equals its solo run. `arrival` (a time.perf_counter value)
+        backdates the request for TTFT, when the caller simulates arrivals.
+        """
         params = resolve_params(self.model, params, overrides)
-        if params.n != 1:
-            raise TinyInferError(f"n={params.n}: the engine runs one sample per request; add n requests with seeds")
         prompt_ids = encode_prompt(self.model, prompt)
         check_fits(self.model, len(prompt_ids), params.max_tokens)
         self._check_fits_pool(len(prompt_ids), params.max_tokens)
-        seq_id = next(self._ids)
-        request_id = str(seq_id) if request_id is None else str(request_id)
-        if request_id in self.sequences:
+        if params.stop and self.model.tokenizer is None:
+            raise TinyInferError("stop strings need the model's tokenizer to read the text: use stop_token_ids instead")
+        request_id = self._free_request_id() if request_id is None else str(request_id)
+        if request_id in self.requests:
             raise TinyInferError(f"request id {request_id!r} is already in use: give each request its own id")
-        seq = Sequence(request_id, seq_id, prompt_ids, params, Sampler(params, prompt_ids),
-                       stop_ids(self.model, params), RequestMetrics(time.perf_counter() if arrival is None else arrival))
-        if params.stop and self.model.tokenizer is not None:
-            from tinyinfer.tokenizer import StreamingDetokenizer  # noqa: PLC0415 - only text requests need it
-
-            seq.detokenizer, seq.stop_matcher = StreamingDetokenizer(self.model.tokenizer), StopMatcher(params.stop)
-        self.sequences[request_id] = seq
-        self.scheduler.add(seq)
+        arrival = time.perf_counter() if arrival is None else arrival
+        samples = [self._new_sequence(request_id, i, prompt_ids, params, rng, arrival)
+                   for i, rng in enumerate(sequence_rngs(params.seed, params.n))]
+        self.requests[request_id] = samples
+        for seq in samples:
+            self.scheduler.add(seq)
         return request_id
 
     def step(self) -> list[RequestOutput]:
@@ -127,7 +130,7 @@ class LLM:
         batch = self.scheduler.schedule()
         if not batch.sequences:
             return []
-        logits = to_numpy(self.model.forward(batch.chunks, self.cache))  # [n_seqs, V]: last token of each chunk
+        logits = self.model.forward(batch.chunks, self.cache)  # [n_seqs, V]: the last token of each chunk
         self.scheduler.advance(batch)
         outputs = []
         for row, seq in enumerate(batch.sequences):
@@ -140,11 +143,11 @@ class LLM:
         # END EXERCISE 10.3
 
     def abort(self, request_id: str) -> None:
-        """Stop a request now: its blocks are freed at once. Unknown or finished ids are ignored."""
-        seq = self.sequences.pop(str(request_id), None)
-        if seq is not None:
-            seq.finish("abort")
-            self.scheduler.finish(seq)
+        """Stop a request now (all its samples): their blocks are freed at once. Unknown ids are ignored."""
+        for seq in self.requests.pop(str(request_id), []):
+            if seq.status is not Status.FINISHED:
+                seq.finish("abort")
+                self.scheduler.finish(seq)
 
     def has_unfinished(self) -> bool:
         return self.scheduler.has_work()
@@ -152,19 +155,21 @@ class LLM:
     # -- offline API ------------------------------------------------------------------------------------------
 
     def generate(self, prompts, sampling_params: SamplingParams | list[SamplingParams] | None = None,
-                 **overrides) -> list[RequestOutput]:
-        """Run a batch of prompts to completion; results in the order of `prompts`."""
+                 **overrides) -> list:
+        """Run a batch of prompts to completion. One result per prompt, in order: a RequestOutput, or with
+        n > 1 a list of n (as `model.generate` returns them)."""
         prompts = [prompts] if isinstance(prompts, str) else list(prompts)
         params = sampling_params if isinstance(sampling_params, list) else [sampling_params] * len(prompts)
         if len(params) != len(prompts):
             raise TinyInferError(f"{len(params)} SamplingParams for {len(prompts)} prompts: give one, or one each")
         ids = [self.add_request(prompt, p, **overrides) for prompt, p in zip(prompts, params)]
-        results = {}
+        finished: dict[str, dict[int, RequestOutput]] = {rid: {} for rid in ids}
         while self.has_unfinished():
             for out in self.step():
                 if out.finished:
-                    results[out.request_id] = out
-        return [results[i] for i in ids]
+                    finished[out.request_id][out.index] = out
+        results = [[samples[i] for i in sorted(samples)] for samples in (finished[rid] for rid in ids)]
+        return [r[0] if len(r) == 1 else r for r in results]
 
     # -- statistics -------------------------------------------------------------------------------------------
 
@@ -175,7 +180,7 @@ class LLM:
         return EngineStats(self.generated_tokens, elapsed, s.allocator.num_used / s.allocator.n_blocks, hit_rate,
                            s.preemptions, len(self.step_log))
 
-    # -- inside a step ------------------------------------------------------------------------------------------
+    # -- requests in, outputs out --------------------------------------------------------------------------------
 
     def _check_fits_pool(self, n_prompt: int, max_tokens: int) -> None:
         needed = self.scheduler.blocks_for(n_prompt + max_tokens)
@@ -186,8 +191,24 @@ class LLM:
                 "shorten the prompt, or give the engine more blocks (n_blocks)"
             )
 
+    def _free_request_id(self) -> str:
+        while (request_id := str(next(self._ids))) in self.requests:
+            pass
+        return request_id
+
+    def _new_sequence(self, request_id: str, index: int, prompt_ids: list[int], params: SamplingParams, rng,
+                      arrival: float) -> Sequence:
+        seq = Sequence(request_id, next(self._seq_ids), prompt_ids, params, Sampler(params, prompt_ids, rng=rng),
+                       stop_ids(self.model, params), RequestMetrics(arrival), index=index)
+        if self.model.tokenizer is not None:  # text, shown as whole characters and cut before a stop string
+            from tinyinfer.tokenizer import StreamingDetokenizer  # noqa: PLC0415 - models without one skip it
+
+            seq.detokenizer, seq.stop_matcher = StreamingDetokenizer(self.model.tokenizer), StopMatcher(params.stop)
+        return seq
+
     def _sample(self, seq: Sequence, logits) -> list[int]:
-        """Draw the sequence's next token, apply the stopping rules; the tokens it gained (0 or 1)."""
+        """Draw the sequence's next token and apply the stopping rules (those of `model.generate`);
+        return the tokens it gained (0 or 1)."""
         token = seq.sampler.sample(logits).token_id
         seq.metrics.first_token = seq.metrics.first_token or time.perf_counter()
         if token in seq.enders:
@@ -206,17 +227,19 @@ class LLM:
         return [token]
 
     def _finish(self, seq: Sequence, reason: str) -> None:
+        matcher = seq.stop_matcher
+        if matcher is not None and not matcher.stopped:
+            seq.text += matcher.push(seq.detokenizer.flush())  # the last bytes may still complete a stop string
+            reason = "stop" if matcher.stopped else reason
+            seq.text += matcher.flush()
         seq.finish(reason)
         self.scheduler.finish(seq)
-        self.sequences.pop(seq.request_id, None)
-        if seq.stop_matcher is not None:
-            if reason != "stop":
-                seq.text += seq.stop_matcher.push(seq.detokenizer.flush()) + seq.stop_matcher.flush()
-        elif self.model.tokenizer is not None:
-            seq.text = self.model.tokenizer.decode(seq.result_ids)
+        samples = self.requests.get(seq.request_id, [])
+        if all(s.status is Status.FINISHED for s in samples):
+            self.requests.pop(seq.request_id, None)
 
     def _output(self, seq: Sequence, new: list[int]) -> RequestOutput:
-        return RequestOutput(seq.request_id, seq.prompt_ids, seq.result_ids, seq.text, new,
+        return RequestOutput(seq.request_id, seq.index, seq.prompt_ids, seq.result_ids, seq.text, new,
                              seq.status is Status.FINISHED, seq.finish_reason, seq.metrics)
 
     def _log(self, batch) -> None:

@@ -73,7 +73,8 @@ class Sequence:
     sampler: Sampler
     enders: set[int]  # token ids that end it: EOS (unless ignore_eos) and the request's stop_token_ids
     metrics: RequestMetrics
-    stop_matcher: StopMatcher | None = None
+    index: int = 0  # which of the request's n samples
+    stop_matcher: StopMatcher | None = None  # with a tokenizer: the text and its stop strings
     detokenizer: object | None = None
     status: Status = Status.WAITING
     num_computed: int = 0  # leading tokens whose K and V are in the cache
