@@ -227,3 +227,18 @@ def test_pytorch_pickles_are_refused_not_unpickled(tmp_path):
     torch.save({"weight": torch.zeros(2)}, path)
     with pytest.raises(TinyInferError, match="never unpickles: convert it to safetensors"):
         tinyinfer.load(path)
+
+
+def test_sharded_checkpoint_loads_like_a_single_file(tmp_path):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2)
+    hf = transformers.LlamaForCausalLM(config)
+    hf.save_pretrained(tmp_path / "single")
+    hf.save_pretrained(tmp_path / "sharded", max_shard_size="20KB")
+    assert (tmp_path / "sharded" / "model.safetensors.index.json").exists()
+    ids = [1, 5, 9, 33, 2]
+    np.testing.assert_array_equal(tinyinfer.load(tmp_path / "sharded").logits(ids),
+                                  tinyinfer.load(tmp_path / "single").logits(ids))
