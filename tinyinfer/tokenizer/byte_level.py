@@ -29,9 +29,11 @@ def bytes_to_unicode() -> dict[int, str]:
 
 
 BYTE_TO_CHAR = bytes_to_unicode()
-CHAR_TO_BYTE = {c: b for b, c in BYTE_TO_CHAR.items()}
 # Decoding UTF-8 bytes as Latin-1 gives one character per byte; this table then renames each one.
 _LATIN1_TO_BYTE_LEVEL = str.maketrans({chr(b): c for b, c in BYTE_TO_CHAR.items()})
+# ...and back. Latin-1 characters that are not in the table (' ', '\n') become U+FFFF, which makes
+# .encode("latin-1") fail, like every other character outside the table.
+_BYTE_LEVEL_TO_LATIN1 = str.maketrans({**{chr(b): "\uffff" for b in range(256)}, **{c: chr(b) for b, c in BYTE_TO_CHAR.items()}})
 
 
 def spell_bytes(data: bytes) -> str:
@@ -51,6 +53,6 @@ def from_byte_level(token: str) -> bytes:
     stands for its own UTF-8 bytes, as in the Hugging Face ByteLevel decoder.
     """
     try:
-        return bytes(CHAR_TO_BYTE[c] for c in token)
-    except KeyError:
+        return token.translate(_BYTE_LEVEL_TO_LATIN1).encode("latin-1")
+    except UnicodeEncodeError:  # a character outside the table
         return token.encode("utf-8")

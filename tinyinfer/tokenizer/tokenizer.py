@@ -50,8 +50,7 @@ class Tokenizer:
         self.model = build_model(spec.get("model") or {})
         piece_bytes = build_token_bytes(spec.get("decoder"))
 
-        added = [AddedToken(**{k: t[k] for k in ("id", "content", "special", "lstrip", "rstrip", "single_word", "normalized") if k in t})
-                 for t in spec.get("added_tokens") or []]
+        added = read_added_tokens(spec.get("added_tokens") or [], self.model.vocab)
         self.raw_added = AddedTokenMatcher({t.content: t for t in added if not t.normalized})
         normalize = self.normalizer or (lambda s: s)
         self.normalized_added = AddedTokenMatcher({normalize(t.content): t for t in added if t.normalized})
@@ -193,6 +192,20 @@ def build_model(spec: dict) -> BPE:
     return BPE(spec["vocab"], merges, unk_token=spec.get("unk_token"), byte_fallback=spec.get("byte_fallback", False),
                fuse_unk=spec.get("fuse_unk", False), continuing_subword_prefix=spec.get("continuing_subword_prefix"),
                end_of_word_suffix=spec.get("end_of_word_suffix"), ignore_merges=spec.get("ignore_merges", False))
+
+
+def read_added_tokens(entries: list[dict], vocab: dict[str, int]) -> list[AddedToken]:
+    """The added tokens of a tokenizer.json, with ids given as the Hugging Face library gives them: a
+    token in the model's vocabulary keeps that id, new ones count up from the vocabulary's size. In a well-formed file this is exactly the "id" the file states."""
+    tokens: list[AddedToken] = []
+    next_id = len(vocab)
+    for entry in entries:
+        token_id = vocab.get(entry["content"])
+        if token_id is None:
+            token_id, next_id = next_id, next_id + 1
+        flags = {k: entry[k] for k in ("special", "lstrip", "rstrip", "single_word", "normalized") if k in entry}
+        tokens.append(AddedToken(token_id, entry["content"], **flags))
+    return tokens
 
 
 def read_bos_eos(config_path: Path) -> tuple[str | None, str | None]:
