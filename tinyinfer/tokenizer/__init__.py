@@ -10,6 +10,7 @@ merges), pre_tokenizers.py / normalizers.py / added_tokens.py (what happens befo
 and post_processors.py (after), tokenizer.py (the pipeline), llama2c.py, streaming.py.
 """
 
+from tinyinfer.tokenizer.streaming import StreamingDetokenizer
 from tinyinfer.tokenizer.tokenizer import Tokenizer
 
-__all__ = ["Tokenizer"]
+__all__ = ["StreamingDetokenizer", "Tokenizer"]

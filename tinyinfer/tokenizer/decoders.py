@@ -112,6 +112,15 @@ def build_decoder(spec: dict | None) -> Decoder | None:
                          "(supported: ByteLevel, ByteFallback, Fuse, Strip, Replace, Metaspace, Sequence)")
 
 
+def decoder_steps(spec: dict | None) -> list[dict]:
+    """The decoder's steps in order, with nested Sequences flattened."""
+    if spec is None:
+        return []
+    if spec.get("type") == "Sequence":
+        return [step for inner in spec["decoders"] for step in decoder_steps(inner)]
+    return [spec]
+
+
 def build_token_bytes(spec: dict | None) -> Callable[[str], bytes]:
     """The bytes one vocabulary token stands for in the middle of a text, under the decoder `spec`.
 
@@ -119,9 +128,7 @@ def build_token_bytes(spec: dict | None) -> Callable[[str], bytes]:
     Fuse act on the text's ends and on how tokens are grouped. GPT-2: 'Ġworld' -> b' world';
     Llama-2: '▁world' -> b' world', '<0x0A>' -> b'\\n'.
     """
-    steps = [spec] if spec is not None else []
-    while any(s.get("type") == "Sequence" for s in steps):
-        steps = [inner for s in steps for inner in (s["decoders"] if s.get("type") == "Sequence" else [s])]
+    steps = decoder_steps(spec)
     kinds = {s.get("type") for s in steps}
     replacements = [(compile_pattern(s["pattern"]), s["content"]) for s in steps if s.get("type") == "Replace"]
     replacements += [(compile_pattern({"String": s.get("replacement", "▁")}), " ") for s in steps if s.get("type") == "Metaspace"]

@@ -69,6 +69,7 @@ class Llama2cTokenizer(Tokenizer):
         self.token_to_id = {t: i for i, t in reversed(list(enumerate(self.id_to_token)))}
         self.bos_token_id, self.eos_token_id = BOS_ID, EOS_ID
         self.special_ids = frozenset((UNK_ID, BOS_ID, EOS_ID))
+        self.byte_fallback_ids = frozenset()  # decode reads all bytes at once, so nothing waits
         self.dummy_prefix = self.piece_to_id.get(b" ")
         self._merges: dict[Pair, tuple[float, int] | None] = {}
 

@@ -26,7 +26,7 @@ import regex
 from tinyinfer.errors import TinyInferError
 from tinyinfer.tokenizer.added_tokens import AddedToken, AddedTokenMatcher
 from tinyinfer.tokenizer.bpe import BPE
-from tinyinfer.tokenizer.decoders import build_decoder, build_token_bytes
+from tinyinfer.tokenizer.decoders import BYTE_TOKEN, build_decoder, build_token_bytes, decoder_steps
 from tinyinfer.tokenizer.normalizers import build_normalizer
 from tinyinfer.tokenizer.post_processors import build_post_processor
 from tinyinfer.tokenizer.pre_tokenizers import build_pre_tokenizer
@@ -66,6 +66,9 @@ class Tokenizer:
             self._bytes[t.id] = t.content.encode("utf-8")
 
         self.token_to_id = {t: i for i, t in enumerate(self.id_to_token) if t is not None}
+        # ids a ByteFallback decoder reads as raw bytes (<0x41>); a streaming decoder waits for their run to end
+        has_byte_fallback = any(step.get("type") == "ByteFallback" for step in decoder_steps(spec.get("decoder")))
+        self.byte_fallback_ids = frozenset(i for t, i in self.model.vocab.items() if has_byte_fallback and BYTE_TOKEN.fullmatch(t))
         self.bos_token_id = self._special_id(bos_token, BOS_NAMES)
         self.eos_token_id = self._special_id(eos_token, EOS_NAMES)
 
