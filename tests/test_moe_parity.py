@@ -1,0 +1,200 @@
+"""Mixture-of-Experts parity with Hugging Face transformers, on tiny random checkpoints of every MoE family.
+
+Each variant of weights_scripts/make_tiny_moe_models.py (mixtral, qwen2_moe, qwen3_moe, olmoe, both config
+dialects, dense layers between MoE ones, 16 experts with few tokens) is loaded by tinyinfer and by
+transformers (eager attention, float32) and must agree on:
+- the logits at every position within 1e-4 (the bound and its reasons are those of test_parity_hf.py);
+- the KV-cached path (prefill, a chunk, single tokens) against tinyinfer's own recompute within 1e-5;
+- 32 greedy tokens, identical to transformers' generate.
+Checkpoints stored in fp16/bf16 must give transformers' float32 logits on the same (widened) weights; a file
+laid out the way transformers 5 holds experts in memory (fused gate_up_proj) loads to the same logits.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import save_file
+
+import tinyinfer
+from tinyinfer.errors import TinyInferError
+from tinyinfer.model import Model, SeqChunk, _map_arrays
+from tinyinfer.moe import track_routing
+from tiny_models import ROOT, _import_script, hf_greedy, hf_logits, hf_model, prompt_ids
+
+make_tiny_moe_models = _import_script(ROOT / "weights_scripts" / "make_tiny_moe_models.py")
+VARIANTS = make_tiny_moe_models.VARIANTS
+FP32_VARIANTS = [name for name, (_, _, options) in VARIANTS.items() if options.get("dtype", "float32") == "float32"]
+HALF_VARIANTS = [name for name in VARIANTS if name not in FP32_VARIANTS]
+LOGITS_ATOL = 1e-4
+CACHE_ATOL = 1e-5
+
+
+@pytest.fixture(scope="session")
+def moe_checkpoint(tmp_path_factory):
+    """`moe_checkpoint(name) -> Path`: the folder of VARIANTS[name], built once per session."""
+    root = tmp_path_factory.mktemp("tiny_moe_models")
+    built = {}
+
+    def get(name: str):
+        if name not in built:
+            built[name] = make_tiny_moe_models.build_variant(name, root / name)
+        return built[name]
+
+    return get
+
+
+@pytest.fixture(params=FP32_VARIANTS)
+def variant(request, moe_checkpoint):
+    folder = moe_checkpoint(request.param)
+    return folder, tinyinfer.load(folder)
+
+
+@pytest.mark.exercise("7.1", "7.2")
+def test_logits_match_transformers_at_every_position(variant):
+    folder, model = variant
+    ids = prompt_ids(20)
+    ours = model.logits(ids)
+    np.testing.assert_allclose(ours, hf_logits(folder, ids), rtol=0, atol=LOGITS_ATOL)
+
+
+def _run_cached(model, ids):
+    """Logits of `ids` through the cache: prefill 6 tokens, a 5-token chunk at position 6, then one at a time."""
+    cache = model.new_cache()
+    prefill = model.forward([SeqChunk(0, 0, ids[:6])], cache, all_logits=True)  # [6, V]
+    chunk = model.forward([SeqChunk(0, 6, ids[6:11])], cache, all_logits=True)  # [5, V]
+    steps = [model.forward([SeqChunk(0, pos, ids[pos : pos + 1])], cache) for pos in range(11, len(ids))]  # 9 x [1, V]
+    return np.concatenate([prefill, chunk, *steps])  # [T, V]
+
+
+def test_cached_decode_equals_full_recompute(variant):
+    """Cached == recompute within 1e-5, checked in float64 (tinyinfer's model code runs in any float dtype).
+
+    Why not float32: with these wide random weights, float32 rounding alone moves MoE logits by up to ~4e-5
+    from a float64 run, both with and without the cache, since per-expert matrix products of 1, 5 or 20 rows
+    round differently; the two float32 paths then differ by up to ~1.5e-5, rounding noise above 1e-5. In
+    float64 they agree to ~1e-12, so 1e-5 leaves no room for a cache error. The float32 cached path is held
+    to transformers' logits instead (1e-4, like the full pass).
+    """
+    folder, model = variant
+    ids = prompt_ids(20, seed=1)
+    wide = Model(model.config, _map_arrays(model.params, lambda a: a.astype(np.float64)), dtype=np.float64)
+    np.testing.assert_allclose(_run_cached(wide, ids), wide.logits(ids), rtol=0, atol=CACHE_ATOL)
+    np.testing.assert_allclose(_run_cached(model, ids), hf_logits(folder, ids), rtol=0, atol=LOGITS_ATOL)
+
+
+def test_greedy_tokens_match_transformers_generate(variant):
+    folder, model = variant
+    ids = prompt_ids(20, seed=5)
+    result = model.generate(ids, max_tokens=32, temperature=0.0, ignore_eos=True)
+    assert list(result.token_ids) == hf_greedy(folder, ids, 32)
+
+
+@pytest.mark.parametrize("name", HALF_VARIANTS)
+def test_half_precision_files_match_transformers(name, moe_checkpoint):
+    """fp16/bf16 files widen exactly to float32: the same logits as transformers computing in float32."""
+    folder = moe_checkpoint(name)
+    ids = prompt_ids(20, seed=7)
+    np.testing.assert_allclose(tinyinfer.load(folder).logits(ids), hf_logits(folder, ids), rtol=0, atol=LOGITS_ATOL)
+
+
+@pytest.mark.exercise("7.3")
+def test_shared_expert_is_needed_for_qwen2_moe_parity(moe_checkpoint):
+    """Guard on the fixture: without its shared expert the qwen2_moe logits move far beyond the tolerance."""
+    folder = moe_checkpoint("qwen2_moe")
+    model = tinyinfer.load(folder)
+    ids = prompt_ids(20, seed=8)
+    reference = hf_logits(folder, ids)
+    np.testing.assert_allclose(model.logits(ids), reference, rtol=0, atol=LOGITS_ATOL)
+    for layer in model.params["layers"]:
+        layer["mlp"].pop("shared")
+    assert np.abs(model.logits(ids) - reference).max() > 0.1
+
+
+def test_routing_with_busy_and_idle_experts(moe_checkpoint):
+    """Several tokens share an expert (20 tokens x top-2 over 4 experts), and with 16 experts and 4 tokens at
+    least 8 experts get none: both give transformers' logits, and the routing statistics show both cases."""
+    for name, n_tokens in (("mixtral", 20), ("mixtral_16_experts", 4)):
+        folder = moe_checkpoint(name)
+        model = tinyinfer.load(folder)
+        stats = track_routing(model)
+        ids = prompt_ids(n_tokens, seed=9)
+        np.testing.assert_allclose(model.logits(ids), hf_logits(folder, ids), rtol=0, atol=LOGITS_ATOL)
+        k = model.config.n_experts_per_tok
+        assert (stats.tokens.sum(axis=1) == n_tokens * k).all()
+        if name == "mixtral":
+            assert (stats.tokens.max(axis=1) >= 10).all()  # 40 choices over 4 experts
+        else:
+            assert ((stats.tokens == 0).sum(axis=1) >= 8).all()
+
+
+def test_expert_mlps_run_tokens_times_top_k_rows(moe_checkpoint, monkeypatch):
+    """Grouped dispatch: per MoE layer at most one call per expert, T*k token rows in all (never T*E)."""
+    import tinyinfer.moe as moe
+
+    calls = []
+    real_swiglu = moe.swiglu
+    monkeypatch.setattr(moe, "swiglu", lambda x, *a, **kw: calls.append(x.shape[0]) or real_swiglu(x, *a, **kw))
+    for name in ("mixtral", "mixtral_16_experts", "olmoe_old"):  # top-2 of 4, top-2 of 16, top-3 of 4
+        model = tinyinfer.load(moe_checkpoint(name))
+        cfg, T = model.config, 20
+        calls.clear()
+        model.logits(prompt_ids(T, seed=10))
+        assert sum(calls) == cfg.n_layers * T * cfg.n_experts_per_tok
+        assert len(calls) <= cfg.n_layers * cfg.n_experts
+        assert sum(calls) < cfg.n_layers * T * cfg.n_experts
+
+
+def test_dense_layers_between_moe_layers(moe_checkpoint):
+    """qwen2_moe_sparse_step: layer 0 dense (mlp_only_layers), then every second layer routed."""
+    cfg = tinyinfer.load(moe_checkpoint("qwen2_moe_sparse_step")).config
+    assert [cfg.is_moe_layer(i) for i in range(4)] == [False, True, False, True]
+
+
+def test_fused_expert_file_layout(moe_checkpoint, tmp_path):
+    """A file holding transformers 5's in-memory layout (all experts of a layer in gate_up_proj [E, 2*ff, d]
+    and down_proj [E, d, ff]) loads to the same logits."""
+    for name in ("mixtral", "qwen2_moe"):
+        source = moe_checkpoint(name)
+        folder = tmp_path / name
+        shutil.copytree(source, folder)
+        (folder / "model.safetensors").unlink()
+        state = {key: value.contiguous() for key, value in hf_model(source).state_dict().items()}
+        assert any(key.endswith("experts.gate_up_proj") for key in state)
+        save_file(state, folder / "model.safetensors", metadata={"format": "pt"})
+        ids = prompt_ids(20, seed=11)
+        np.testing.assert_allclose(tinyinfer.load(folder).logits(ids), hf_logits(source, ids), rtol=0, atol=LOGITS_ATOL)
+
+
+# -- bad checkpoints ----------------------------------------------------------------------------------------------
+
+def _edited(source, tmp_path, **edits):
+    folder = tmp_path / "edited"
+    shutil.copytree(source, folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, **edits}))
+    return folder
+
+
+def test_top_k_larger_than_expert_count_is_rejected_at_load(moe_checkpoint, tmp_path):
+    with pytest.raises(TinyInferError, match=r"num_experts_per_tok=5 must be between 1 and the number of experts \(4\)"):
+        tinyinfer.load(_edited(moe_checkpoint("mixtral"), tmp_path, num_experts_per_tok=5))
+
+
+def test_expert_count_mismatch_names_field_and_tensor(moe_checkpoint, tmp_path):
+    with pytest.raises(TinyInferError, match=r"block_sparse_moe\.gate\.weight.*shape \[4, 48\], expected \[3, 48\].*num_experts=3"):
+        tinyinfer.load(_edited(moe_checkpoint("mixtral"), tmp_path, num_local_experts=3))
+
+
+def test_expert_width_mismatch_names_field_and_tensor(moe_checkpoint, tmp_path):
+    with pytest.raises(TinyInferError, match=r"experts\.0\.gate_proj\.weight.*shape \[32, 48\], expected \[16, 48\].*moe_intermediate_size"):
+        tinyinfer.load(_edited(moe_checkpoint("qwen3_moe"), tmp_path, moe_intermediate_size=16))
+
+
+def test_disagreeing_expert_counts_are_rejected(moe_checkpoint, tmp_path):
+    with pytest.raises(TinyInferError, match="expert counts disagree"):
+        tinyinfer.load(_edited(moe_checkpoint("olmoe"), tmp_path, num_local_experts=8))
