@@ -346,3 +346,25 @@ def test_defaults_from_generation_config():
         SamplingParams.from_generation_config({}, topp=0.5)
     with pytest.raises(TinyInferError, match="top_p"):
         SamplingParams.from_generation_config({"do_sample": True, "top_p": 0})
+
+
+# --- the same processors on a GPU ---------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+def test_processors_on_cupy_equal_numpy():
+    from tinyinfer.backend import cuda_available, get_xp, to_numpy
+
+    if not cuda_available():
+        pytest.skip("needs CuPy and an NVIDIA GPU")
+    cp = get_xp("cuda")
+    logits = random_logits(12)
+    params = SamplingParams(temperature=0.7, top_k=20, top_p=0.8, min_p=0.02, repetition_penalty=1.3,
+                            presence_penalty=0.5, frequency_penalty=0.3, logit_bias={3: 2.0}, logprobs=3, seed=7)
+    on_cpu, on_gpu = Sampler(params, prompt_ids=[1, 2]), Sampler(params, prompt_ids=[1, 2])
+    on_cpu.output_ids, on_gpu.output_ids = [5, 5, 9], [5, 5, 9]
+    np.testing.assert_allclose(to_numpy(on_gpu.process(cp.asarray(logits))), on_cpu.process(logits), rtol=1e-6)
+    for _ in range(20):
+        a, b = on_cpu.sample(logits), on_gpu.sample(cp.asarray(logits))
+        assert a.token_id == b.token_id and a.logprob == pytest.approx(b.logprob)
+        assert [i for i, _ in a.top_logprobs] == [i for i, _ in b.top_logprobs]
