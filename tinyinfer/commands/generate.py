@@ -15,6 +15,7 @@ from pathlib import Path
 
 import tinyinfer
 from tinyinfer.errors import TinyInferError
+from tinyinfer.moe import track_routing
 
 # flag -> SamplingParams field, for the flags that map one to one
 SAMPLING_FLAGS = {
@@ -53,6 +54,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("-n", type=int, default=None, help="number of independent samples (default 1)")
     parser.add_argument("--chat", action="store_true", help="wrap the prompt as one user message in the chat template")
     parser.add_argument("--system", default=None, help="with --chat: a system message before the user message")
+    parser.add_argument("--show-routing", action="store_true",
+                        help="Mixture-of-Experts models: print each layer's expert load to stderr after generation")
     if _structured_output_available():
         add_constraint_arguments(parser)
 
@@ -102,6 +105,7 @@ def constraint_factory(args, model):
 
 def run(args) -> int:
     model = tinyinfer.load(args.model, device=args.device)
+    routing = track_routing(model) if args.show_routing else None
     prompt, add_special = args.prompt, True
     if args.chat:
         from tinyinfer.chat import ChatTemplate  # noqa: PLC0415
@@ -122,6 +126,8 @@ def run(args) -> int:
         write_stream(stream)
         print_logprobs(stream.result, model.tokenizer)
         print_stats(stream.result)
+    if routing is not None:
+        print(routing.table(), file=sys.stderr)
     return 0
 
 
