@@ -1,0 +1,61 @@
+"""`tinyinfer tokenize --model PATH "text"`: how a text splits into tokens, and what that costs.
+
+    python -m tinyinfer tokenize --model ../shared/data/tokenizers/gpt2 "Hello world, tokenizers!"
+
+prints one row per token (position, id, the piece as the vocabulary stores it, the text it stands for),
+then the counts the chapter on tokens teaches: characters per token and words per token (English runs
+about 4 characters and 0.75 words per token on GPT-2; other scripts and code cost more tokens).
+PATH is a tokenizer.json, a model folder, a llama2.c tokenizer.bin, or a built-in model name.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+from tinyinfer.errors import TinyInferError
+from tinyinfer.tokenizer import Tokenizer
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("text", nargs="?", help="the text to tokenize (omit it, or give '-', to read stdin)")
+    parser.add_argument("--model", required=True, help="tokenizer.json, model folder, llama2.c tokenizer.bin, or built-in name")
+    parser.add_argument("--no-special", action="store_true", help="do not add BOS/EOS (add_special_tokens=False)")
+    parser.add_argument("--max-rows", type=int, default=200, help="print at most this many token rows (the counts cover all)")
+
+
+def load_tokenizer(model: str) -> Tokenizer:
+    """A path as given, else a built-in or hub name through tinyinfer.resolve when that module exists."""
+    if not Path(model).exists():
+        try:
+            resolve = importlib.import_module("tinyinfer.resolve")
+        except ModuleNotFoundError as e:
+            if e.name != "tinyinfer.resolve":
+                raise
+        else:
+            model = resolve.resolve_model(model)
+    return Tokenizer.from_file(model)
+
+
+def shown(data: bytes) -> str:
+    """A token's text, or its raw bytes (b'\\xf0\\x9f') when it holds only part of a character."""
+    try:
+        return repr(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        return repr(data)
+
+
+def run(args) -> int:
+    text = sys.stdin.read() if args.text in (None, "-") else args.text
+    tok = load_tokenizer(args.model)
+    ids = tok.encode(text, add_special_tokens=not args.no_special)
+    print(f"{'#':>5} {'id':>7}  {'piece':<24} text")
+    for position, token_id in enumerate(ids[:args.max_rows]):
+        print(f"{position:>5} {token_id:>7}  {tok.id_to_piece(token_id)!r:<24} {shown(tok.token_bytes(token_id))}")
+    if len(ids) > args.max_rows:
+        print(f"  ... {len(ids) - args.max_rows} more tokens (--max-rows)")
+    n, words = len(ids), len(text.split())
+    per_token = f"{len(text) / n:.2f} characters/token, {words / n:.2f} words/token" if n else "no tokens"
+    print(f"{n} tokens for {len(text)} characters, {words} words, {len(text.encode('utf-8'))} bytes: {per_token}")
+    return 0
