@@ -66,10 +66,13 @@ class Grade:
         return "\n".join(lines)
 
 
-def run_exercise_tests(workspace: Path, ids: list[str], targets: list[str] | None = None, echo: bool = False) -> tuple[dict, str]:
-    """Run the tests of exercises `ids` in `workspace` (only `targets`, nodeids or files, if given).
+def run_exercise_tests(workspace: Path, ids: list[str], targets: list[str] | None = None, echo: bool = False,
+                       first_failure: bool = False) -> tuple[dict, str]:
+    """Run the tests of exercises `ids` in `workspace`: in `targets` (files or nodeids), or in every test
+    file that mentions `mark.exercise` (so files without exercise tests are not even imported).
 
-    Returns the plugin's report and pytest's output. `echo` streams the output to the terminal too.
+    Returns the plugin's report and pytest's output. `echo` streams the output to the terminal too;
+    `first_failure` stops at the first failing test.
     """
     workspace = Path(workspace).resolve()
     state = read_state(workspace)
@@ -80,7 +83,8 @@ def run_exercise_tests(workspace: Path, ids: list[str], targets: list[str] | Non
         env[REPORT_ENV] = str(report_path)
         env.setdefault(SHARED_DATA_ENV, state["shared_data"])
         command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--tb=short", "-rfE"]
-        command += [f"--exercise={i}" for i in ids] + (targets or ["tests"])
+        command += ["-x"] if first_failure else []
+        command += [f"--exercise={i}" for i in ids] + (targets or exercise_test_files(workspace) or ["tests"])
         process = subprocess.Popen(command, cwd=workspace, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         output = []
         for line in process.stdout:
@@ -98,9 +102,16 @@ def run_exercise_tests(workspace: Path, ids: list[str], targets: list[str] | Non
     return report, "".join(output)
 
 
-def grade_workspace(workspace: Path, exercises: list[Exercise], targets: list[str] | None = None, echo: bool = False) -> Grade:
+def exercise_test_files(workspace: Path) -> list[str]:
+    """The test files that can hold exercise tests, relative to the workspace."""
+    files = sorted(Path(workspace).glob("tests/**/test_*.py"))
+    return [str(f.relative_to(workspace)) for f in files if "mark.exercise" in f.read_text(encoding="utf-8")]
+
+
+def grade_workspace(workspace: Path, exercises: list[Exercise], targets: list[str] | None = None, echo: bool = False,
+                    first_failure: bool = False) -> Grade:
     """Run the tests of `exercises` against `workspace` and collect each exercise's outcomes."""
-    report, output = run_exercise_tests(workspace, [e.id for e in exercises], targets, echo)
+    report, output = run_exercise_tests(workspace, [e.id for e in exercises], targets, echo, first_failure)
     results = {e.id: ExerciseResult(e) for e in exercises}
     for nodeid, test in report["tests"].items():
         for exercise_id in test["exercises"]:

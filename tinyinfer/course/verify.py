@@ -5,7 +5,8 @@
 2. For each exercise, a workspace with only that exercise stubbed must fail at least one of its own tests:
    an exercise whose tests pass on a stub grades nothing.
 
-Each stub run collects only the test files of its exercise, and two run at a time.
+Each stub run collects only the test files of its exercise and stops at the first failure (one is
+enough), and two run at a time.
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ def verify_exercises(root: Path, workdir: Path, jobs: int = 2, progress: bool = 
     def stub_one(check: Check) -> None:
         exercise = check.reference.exercise
         workspace = start_workspace(root, Path(workdir) / f"stub-{exercise.id}", [exercise])
-        check.stubbed = grade_workspace(workspace, [exercise], targets=_test_files(check.reference)).results[0]
+        graded = grade_workspace(workspace, [exercise], targets=_test_files(check.reference), first_failure=True)
+        check.stubbed = graded.results[0]
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         list(tqdm(pool.map(stub_one, testable), total=len(testable), desc="stubbed exercises", disable=not progress))
