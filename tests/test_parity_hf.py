@@ -6,7 +6,10 @@ attention, float32) and must agree on:
   so float32 rounding alone moves transformers' logits by up to ~2e-5 from a float64 run: 1e-4 leaves room
   for two independent float32 roundings, while any wrong mapping moves logits by ~1 or more;
 - the KV-cached path (prefill, chunked prefill, one token at a time, two sequences in one batch) against
-  tinyinfer's own full recompute, within 1e-5 (same arithmetic, only summation order differs);
+  tinyinfer's own full recompute, within 3e-5. Same arithmetic, but a one-token matrix product sums in another
+  order than a many-token one; with these deliberately large weights that float32 noise reaches ~1.6e-5
+  (transformers' own cached decode differs from its full forward by up to 4e-5 here), while a cache bug
+  (a wrong position, slot or window) moves logits by 0.01 or more;
 - 32 greedy tokens, identical to transformers' `generate(do_sample=False)` with EOS disabled.
 """
 
@@ -26,7 +29,7 @@ from tiny_models import VARIANTS, hf_greedy, hf_logits, hf_model, prompt_ids, ti
 
 FP32_VARIANTS = [name for name in VARIANTS if variant_dtype(name) == "float32"]
 LOGITS_ATOL = 1e-4
-CACHE_ATOL = 1e-5
+CACHE_ATOL = 3e-5
 
 
 @pytest.fixture(params=FP32_VARIANTS)

@@ -84,8 +84,11 @@ _LLAMA3_ROPE = {
     "original_max_position_embeddings": 64,
 }
 
-# name -> (arch, config overrides, options). Options: dtype, dialect ("new"/"old"), config_edits (applied
-# to the written config.json last, to reproduce what real files carry).
+_QWEN2_WINDOW_LAYERS = {"num_key_value_heads": 2, "use_sliding_window": True, "sliding_window": 8, "max_window_layers": 1}
+
+# name -> (arch, config overrides, options). Options: dtype, dialect ("new"/"old"), max_shard_size (to write
+# a sharded checkpoint with model.safetensors.index.json), config_edits (applied to the written config.json
+# last, to reproduce what real files carry).
 VARIANTS: dict[str, tuple[str, dict, dict]] = {
     "gpt2": ("gpt2", {}, {}),
     "gpt2_old": ("gpt2", {}, {"dialect": "old"}),
@@ -94,6 +97,8 @@ VARIANTS: dict[str, tuple[str, dict, dict]] = {
     "llama_gqa": ("llama", {"num_key_value_heads": 2}, {}),
     "llama_mqa": ("llama", {"num_key_value_heads": 1}, {}),
     "llama_tied": ("llama", {"tie_word_embeddings": True}, {}),
+    "llama_bias": ("llama", {"attention_bias": True, "mlp_bias": True}, {}),
+    "llama_sharded": ("llama", {"num_key_value_heads": 2}, {"max_shard_size": "40KB"}),
     # head_dim (16) != hidden_size / heads (12): q/k/v/o projections are not square.
     "llama_head_dim": ("llama", {"head_dim": 16, "num_key_value_heads": 2}, {}),
     "llama_rope_linear": ("llama", {"rope_parameters": {"rope_type": "linear", "factor": 4.0, "rope_theta": 500.0}}, {}),
@@ -115,6 +120,9 @@ VARIANTS: dict[str, tuple[str, dict, dict]] = {
         {"num_key_value_heads": 2},
         {"dialect": "old", "config_edits": {"sliding_window": 8, "use_sliding_window": False, "max_window_layers": 1}},
     ),
+    # Qwen's window applies from layer `max_window_layers` on, here to layer 1 only.
+    "qwen2_window_layers": ("qwen2", _QWEN2_WINDOW_LAYERS, {}),
+    "qwen2_window_layers_old": ("qwen2", _QWEN2_WINDOW_LAYERS, {"dialect": "old"}),
     "qwen3": ("qwen3", {"num_key_value_heads": 2, "head_dim": 16}, {}),
     "qwen3_old": ("qwen3", {"num_key_value_heads": 2, "head_dim": 16}, {"dialect": "old"}),
     "llama_fp16": ("llama", {"num_key_value_heads": 2}, {"dtype": "float16"}),
@@ -148,13 +156,15 @@ def randomise_(model: torch.nn.Module, seed: int) -> None:
 
 def build_tiny_checkpoint(
     arch: str, out_dir: str | Path, dtype: str = "float32", *, dialect: str = "new", seed: int = 0,
-    rope_kind_key: str = "rope_type", config_edits: dict | None = None, **overrides,
+    rope_kind_key: str = "rope_type", config_edits: dict | None = None, max_shard_size: str | None = None,
+    **overrides,
 ) -> Path:
     """Write a tiny random `arch` checkpoint to `out_dir` and return the folder.
 
     `overrides` are HF config fields (e.g. `num_key_value_heads=1`); `dtype` is the stored weight dtype
     ("float32", "float16", "bfloat16"); `dialect` "old" rewrites config.json the way older transformers
-    wrote it; `config_edits` are set in config.json last.
+    wrote it; `config_edits` are set in config.json last; `max_shard_size` (e.g. "40KB") splits the weights
+    into several safetensors files with an index.
     """
     out_dir = Path(out_dir)
     config = make_config(arch, **overrides)
@@ -162,7 +172,7 @@ def build_tiny_checkpoint(
     model = transformers.AutoModelForCausalLM.from_config(config)
     randomise_(model, seed)
     model = model.to(getattr(torch, dtype))
-    model.save_pretrained(out_dir)
+    model.save_pretrained(out_dir, **({"max_shard_size": max_shard_size} if max_shard_size else {}))
     make_tokenizer().save(str(out_dir / "tokenizer.json"))
     generation = transformers.GenerationConfig(bos_token_id=BOS_ID, eos_token_id=EOS_ID, do_sample=False)
     generation.save_pretrained(out_dir)
