@@ -198,3 +198,69 @@ def test_expert_width_mismatch_names_field_and_tensor(moe_checkpoint, tmp_path):
 def test_disagreeing_expert_counts_are_rejected(moe_checkpoint, tmp_path):
     with pytest.raises(TinyInferError, match="expert counts disagree"):
         tinyinfer.load(_edited(moe_checkpoint("olmoe"), tmp_path, num_local_experts=8))
+
+
+# -- parameter arithmetic at real sizes, and the commands -------------------------------------------------------
+
+REAL_CONFIGS = {  # the published config.json fields that shape each model (Mixtral-8x7B, Qwen1.5-MoE-A2.7B, ...)
+    "mixtral-8x7b": dict(model_type="mixtral", hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                         num_attention_heads=32, num_key_value_heads=8, num_local_experts=8, num_experts_per_tok=2,
+                         vocab_size=32000, rope_theta=1e6, tie_word_embeddings=False),
+    "qwen1.5-moe-a2.7b": dict(model_type="qwen2_moe", hidden_size=2048, intermediate_size=5632, moe_intermediate_size=1408,
+                              shared_expert_intermediate_size=5632, num_hidden_layers=24, num_attention_heads=16,
+                              num_key_value_heads=16, num_experts=60, num_experts_per_tok=4, vocab_size=151936,
+                              tie_word_embeddings=False),
+    "qwen3-30b-a3b": dict(model_type="qwen3_moe", hidden_size=2048, intermediate_size=6144, moe_intermediate_size=768,
+                          num_hidden_layers=48, num_attention_heads=32, num_key_value_heads=4, head_dim=128,
+                          num_experts=128, num_experts_per_tok=8, norm_topk_prob=True, vocab_size=151936,
+                          tie_word_embeddings=False),
+    "olmoe-1b-7b": dict(model_type="olmoe", hidden_size=2048, intermediate_size=1024, num_hidden_layers=16,
+                        num_attention_heads=16, num_key_value_heads=16, num_experts=64, num_experts_per_tok=8,
+                        vocab_size=50304, tie_word_embeddings=False),
+}
+
+
+@pytest.mark.parametrize("name", REAL_CONFIGS)
+def test_total_and_active_params_match_transformers_at_real_size(name):
+    """Counted from the config alone, against transformers' model built on the meta device (no memory used):
+    total = every parameter; active = total minus the experts a token does not use."""
+    import transformers
+
+    from tinyinfer.config import config_from_hf
+    from tinyinfer.memory import param_count
+
+    fields = REAL_CONFIGS[name]
+    config = transformers.AutoConfig.for_model(**fields)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    total = sum(p.numel() for p in model.parameters())
+    moe_blocks = [m for m in model.modules() if hasattr(m, "experts") and hasattr(m, "gate")]
+    unused = sum(sum(p.numel() for p in block.experts.parameters()) // block.experts.num_experts
+                 * (block.experts.num_experts - fields["num_experts_per_tok"]) for block in moe_blocks)
+    cfg = config_from_hf(fields)
+    assert param_count(cfg) == total
+    assert param_count(cfg, active=True) == total - unused
+
+
+def test_memory_command_shows_total_and_active_params(moe_checkpoint, capsys):
+    from tinyinfer.cli import main
+
+    folder = moe_checkpoint("qwen2_moe")
+    assert main(["memory", "--model", str(folder), "--context", "64"]) == 0
+    out = capsys.readouterr().out
+    total = sum(p.numel() for p in hf_model(folder).parameters())
+    assert f"parameters:           {total:,}" in out
+    assert "top-2 of 4 experts per MoE layer" in out and "of active weights read per token" in out
+
+
+def test_generate_show_routing_prints_the_expert_load(moe_checkpoint, capsys):
+    from tinyinfer.cli import main
+
+    folder = moe_checkpoint("mixtral")
+    assert main(["generate", "--model", str(folder), "Once upon a time", "--max-tokens", "5", "--temperature", "0",
+                 "--show-routing"]) == 0
+    err = capsys.readouterr().err
+    rows = [line.split("|") for line in err.splitlines() if line.strip()[:1].isdigit() and "|" in line]
+    assert [int(row[0]) for row in rows] == [0, 1]
+    n_tokens = int(err.split("routing: ")[1].split()[0])  # prompt tokens + 4 fed-back tokens
+    assert all(sum(int(n) for n in row[1].split()) == 2 * n_tokens for row in rows)  # top-2: 2 experts per token

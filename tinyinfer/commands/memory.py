@@ -24,10 +24,15 @@ def add_arguments(parser) -> None:
 
 
 def describe(n_params: int, layers: int, kv_heads: int, head_dim: int, context: int, batch: int, dtype: str,
-             bandwidth_gb_s: float, extra: dict | None = None) -> list[str]:
-    """The lines `tinyinfer memory` prints."""
+             bandwidth_gb_s: float, extra: dict | None = None, active_params: int | None = None) -> list[str]:
+    """The lines `tinyinfer memory` prints.
+
+    `active_params` (Mixture-of-Experts): the parameters one token uses. Memory must hold all `n_params`
+    (any token may pick any expert), but one decode step of one stream reads only the active ones.
+    """
     per_token = kv_bytes_per_token(layers, kv_heads, head_dim, BYTES_PER_PARAM[dtype])
     weights = weight_bytes(n_params, dtype)
+    read_per_token = weight_bytes(active_params or n_params, dtype)
     per_sequence = per_token * context
     lines = [f"parameters:           {n_params:,} ({n_params / 1e9:.3g} B)"]
     lines += [f"  {key + ':':20s}{value}" for key, value in (extra or {}).items()]
@@ -39,8 +44,8 @@ def describe(n_params: int, layers: int, kv_heads: int, head_dim: int, context: 
         f"  per sequence:       x {context:,} tokens = {_size(per_sequence)}",
         f"  for the batch:      x {batch} sequences = {_size(per_sequence * batch)}",
         f"total ({dtype}):         {_size(weights + per_sequence * batch)} (weights + KV cache)",
-        f"decode bound:         <= {decode_bound_tokens_per_s(weights, bandwidth_gb_s * 1e9):,.1f} tokens/s per stream at "
-        f"{bandwidth_gb_s:g} GB/s ({_size(weights)} of weights read per token)",
+        f"decode bound:         <= {decode_bound_tokens_per_s(read_per_token, bandwidth_gb_s * 1e9):,.1f} tokens/s per stream at "
+        f"{bandwidth_gb_s:g} GB/s ({_size(read_per_token)} of {'active ' if active_params else ''}weights read per token)",
     ]
     return lines
 
@@ -60,6 +65,10 @@ def run(args) -> int:
 
         cfg = read_config(args.model)
         numbers = dict(n_params=param_count(cfg), layers=cfg.n_layers, kv_heads=cfg.n_kv_heads, head_dim=cfg.head_dim)
+        if cfg.n_experts:  # all experts resident, top-k of them used per token
+            active = param_count(cfg, active=True)
+            numbers.update(active_params=active, extra={"active per token": f"{active:,} ({active / 1e9:.3g} B; top-"
+                           f"{cfg.n_experts_per_tok} of {cfg.n_experts} experts per MoE layer)"})
         context = args.context or cfg.max_seq_len
     else:
         missing = [flag for flag, value in (("--params", args.params), ("--layers", args.layers),
