@@ -17,15 +17,19 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import torch
+import transformers
 
 import tinyinfer
 from tinyinfer.model import SeqChunk
-from tiny_models import VARIANTS, hf_greedy, hf_logits, hf_model, prompt_ids, tiny_checkpoint, variant_dtype  # noqa: F401
+from tiny_models import ROOT, VARIANTS, hf_greedy, hf_logits, hf_model, prompt_ids, tiny_checkpoint, variant_dtype  # noqa: F401
 
 FP32_VARIANTS = [name for name in VARIANTS if variant_dtype(name) == "float32"]
 LOGITS_ATOL = 1e-4
@@ -122,3 +126,22 @@ def test_sliding_window_variant_really_slides(tiny_checkpoint):
         windowed_logits, full_logits = reference(ids).logits[0], unwindowed(ids).logits[0]  # 2 x [20, V]
     torch.testing.assert_close(windowed_logits[:8], full_logits[:8], rtol=0, atol=1e-5)
     assert (windowed_logits[8:] - full_logits[8:]).abs().amax(dim=-1).min() > 0.01
+
+
+@pytest.mark.parametrize("name", ["gpt2", "qwen3"])
+def test_cli_generate_prints_transformers_greedy_text(name, tiny_checkpoint):
+    """End to end: tokenizer.json, model, greedy loop, EOS from generation_config, streamed detokenization."""
+    folder = tiny_checkpoint(name)
+    prompt = "Once upon a time"
+    tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
+    ids = tokenizer(prompt).input_ids
+    with torch.no_grad():
+        out = hf_model(folder).generate(torch.tensor([ids]), do_sample=False, max_new_tokens=24, pad_token_id=0)
+    expected = tokenizer.decode(out[0, len(ids):])
+    run = subprocess.run(
+        [sys.executable, "-m", "tinyinfer", "generate", "--model", str(folder), "--temperature", "0",
+         "--max-tokens", "24", prompt],
+        capture_output=True, encoding="utf-8", env={**os.environ, "PYTHONIOENCODING": "utf-8"}, cwd=ROOT, timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout in (expected, expected + "\n")
