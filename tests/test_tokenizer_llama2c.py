@@ -5,6 +5,8 @@ from __future__ import annotations
 import struct
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.conftest import shared_data
 from tinyinfer.errors import TinyInferError
@@ -70,6 +72,18 @@ def test_stories260k_tokenizer_decodes_like_run_c(tok512):
         assert tok512.decode(ids, skip_special_tokens=True) == text  # the space after BOS is dropped
     assert tok512.vocab_size == 512 and tok512.bos_token_id == 1 and tok512.eos_token_id == 2
     assert tok512.token_bytes(3 + 0x41) == b"A"
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=st.text(max_size=30))
+def test_any_text_encodes_like_run_c_and_round_trips(tok512, text):
+    ids = tok512.encode(text)
+    assert ids == run_c_encode(tok512.pieces, tok512.scores, text)
+    assert tok512.decode(ids, skip_special_tokens=True) == text
+
+
+def test_lone_surrogates_encode_as_replacement_character(tok512):
+    assert tok512.encode("a\ud800b") == tok512.encode("a\ufffdb")
 
 
 def test_llama2_tokenizer_bin_matches_llama_cpp_expected_ids():

@@ -5,7 +5,7 @@ Encoding replays them: start from the word's smallest symbols (bytes, or charact
 adjacent pair has a learned merge, merge the pair that was learned *first* (lowest rank), leftmost first.
 
     merge([1, 2, 3, 1, 2], (1, 2), 4) -> [4, 3, 4]
-    apply_merges([1, 2, 3], {(1, 2): (0, 4), (4, 3): (1, 5)}) -> [5]
+    apply_merges([1, 2, 3], {(1, 2): (0, 4), (4, 3): (1, 5)}.get) -> [5]
 
 `BPE` is the model stage of a tokenizer.json: it turns one pre-tokenized piece (a word) into ids, with
 byte fallback (`<0x41>` tokens for characters missing from the vocabulary), an unknown token, and a cache
@@ -22,6 +22,7 @@ from tinyinfer.errors import TinyInferError
 Pair = tuple[int, int]
 # pair -> (rank, merged id), or None when the pair has no merge. A dict's .get fits; llama2.c computes it.
 MergeLookup = Callable[[Pair], "tuple[float, int] | None"]
+CACHE_SIZE = 200_000  # distinct words remembered (English text has a few tens of thousands)
 
 
 def merge(ids: list[int], pair: Pair, new_id: int) -> list[int]:
@@ -120,6 +121,8 @@ class BPE:
             else:
                 ids = apply_merges(self._symbols(word), self.ranks.get)
             if len(word) < 256:  # long SentencePiece paragraphs are rarely seen twice
+                if len(self.cache) >= CACHE_SIZE:
+                    self.cache.clear()  # a long-running server must not grow without bound
                 self.cache[word] = ids
         return ids
 
