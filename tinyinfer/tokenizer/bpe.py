@@ -21,7 +21,7 @@ from tinyinfer.errors import TinyInferError
 
 Pair = tuple[int, int]
 # pair -> (rank, merged id), or None when the pair has no merge. A dict's .get fits; llama2.c computes it.
-MergeLookup = Callable[[Pair], "tuple[float, int] | None"]
+MergeLookup = Callable[[Pair], "tuple[int, int] | None"]
 CACHE_SIZE = 200_000  # distinct words remembered (English text has a few tens of thousands)
 
 
@@ -49,8 +49,9 @@ def apply_merges(symbols: list[int], lookup: MergeLookup) -> list[int]:
 
     apply_merges([1, 2, 3], {(1, 2): (0, 4), (4, 3): (1, 5)}.get) -> [5]
 
-    A word of n symbols takes O(n log n): a heap holds (rank, position) of every adjacent pair, and a
-    linked list of positions lets a merge remove the right symbol in O(1). Heap entries left behind by
+    A word of n symbols takes O(n log n): a heap holds rank * n + position of every adjacent pair (one
+    int sorts like the tuple (rank, position), and faster), and a linked list of positions lets a merge
+    remove the right symbol in O(1). Heap entries left behind by
     a merge are recognised as stale when popped (their pair changed) and skipped. A SentencePiece-style
     tokenizer treats a whole paragraph as one word, so the simple O(n^2) loop would be far too slow.
     """
@@ -63,10 +64,10 @@ def apply_merges(symbols: list[int], lookup: MergeLookup) -> list[int]:
     for i in range(n - 1):
         found = lookup((symbols[i], symbols[i + 1]))
         if found is not None:
-            heap.append((found[0], i))
+            heap.append(found[0] * n + i)
     heapq.heapify(heap)
     while heap:
-        rank, i = heapq.heappop(heap)
+        rank, i = divmod(heapq.heappop(heap), n)
         j = nxt[i]
         if symbols[i] is None or j >= n:
             continue  # the left symbol was merged away, or it is now the last one
@@ -82,7 +83,7 @@ def apply_merges(symbols: list[int], lookup: MergeLookup) -> list[int]:
             if left >= 0 and right < n:
                 found = lookup((symbols[left], symbols[right]))
                 if found is not None:
-                    heapq.heappush(heap, (found[0], left))
+                    heapq.heappush(heap, found[0] * n + left)
     return [s for s in symbols if s is not None]
     # END EXERCISE 1.2
 

@@ -71,7 +71,10 @@ class Llama2cTokenizer(Tokenizer):
         self.special_ids = frozenset((UNK_ID, BOS_ID, EOS_ID))
         self.byte_fallback_ids = frozenset()  # decode reads all bytes at once, so nothing waits
         self.dummy_prefix = self.piece_to_id.get(b" ")
-        self._merges: dict[Pair, tuple[float, int] | None] = {}
+        # a token's rank: 0 for the highest score; equal scores share a rank (then the leftmost pair wins)
+        rank_of_score = {score: rank for rank, score in enumerate(sorted(set(scores), reverse=True))}
+        self.rank = [rank_of_score[score] for score in scores]
+        self._merges: dict[Pair, tuple[int, int] | None] = {}
 
     def save(self, path) -> None:
         raise TinyInferError("a llama2.c tokenizer.bin has scores, not the ranked merges a tokenizer.json needs; "
@@ -91,11 +94,11 @@ class Llama2cTokenizer(Tokenizer):
         ids = apply_merges(symbols, self.merge_of)
         return [BOS_ID, *ids] if add_special_tokens else ids
 
-    def merge_of(self, pair: Pair) -> tuple[float, int] | None:
-        """(-score, id) of the token the pair's pieces concatenate to, or None; highest score = lowest rank."""
+    def merge_of(self, pair: Pair) -> tuple[int, int] | None:
+        """(rank, id) of the token the pair's pieces concatenate to, or None."""
         if pair not in self._merges:
             merged = self.piece_to_id.get(self.pieces[pair[0]] + self.pieces[pair[1]])
-            self._merges[pair] = None if merged is None else (-self.scores[merged], merged)
+            self._merges[pair] = None if merged is None else (self.rank[merged], merged)
         return self._merges[pair]
 
     def decode(self, ids, skip_special_tokens: bool = False) -> str:
