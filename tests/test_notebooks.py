@@ -1,7 +1,8 @@
 """Every notebook runs top to bottom, and is stored without outputs (so its diffs stay readable).
 
-Notebooks execute in a fresh `python3` Jupyter kernel from the repository root, with matplotlib's Agg
-backend. A cell that raises fails the test, and the message shows that cell and its traceback.
+Notebooks execute in a fresh `python3` Jupyter kernel from the repository root. Figures go through the
+kernel's inline backend (Agg rendering to PNG, no display needed), so plotting code really draws. A cell
+that raises fails the test, and the message shows that cell and its traceback.
 """
 
 from __future__ import annotations
@@ -23,11 +24,6 @@ def execute(path: Path, timeout: int = 240) -> None:
     notebook = nbformat.read(path, as_version=4)
     client = nbclient.NotebookClient(notebook, kernel_name=KERNEL, timeout=timeout, resources={"metadata": {"path": str(ROOT)}})
     client.execute()
-
-
-@pytest.fixture(autouse=True)
-def headless_plots(monkeypatch):
-    monkeypatch.setenv("MPLBACKEND", "Agg")  # the kernel inherits it: figures render without a display
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])

@@ -13,6 +13,7 @@ shared test data lives, because a workspace usually sits outside the project tre
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -38,8 +39,9 @@ def project_root() -> Path:
 
 
 def shared_data_dir(root: Path) -> Path:
-    """Where a checkout finds the real test data: ../shared/data beside it (see tests/conftest.py)."""
-    return Path(root).resolve().parent / "shared" / "data"
+    """Where a checkout finds the real test data: ../shared/data beside it (see tests/conftest.py),
+    unless TINYINFER_SHARED_DATA names another folder."""
+    return Path(os.environ.get(SHARED_DATA_ENV) or Path(root).resolve().parent / "shared" / "data")
 
 
 def stub_line(exercise: Exercise, root: Path) -> str:
