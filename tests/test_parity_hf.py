@@ -29,7 +29,9 @@ import transformers
 
 import tinyinfer
 from tinyinfer.model import SeqChunk
-from tiny_models import ROOT, VARIANTS, hf_greedy, hf_logits, hf_model, prompt_ids, tiny_checkpoint, variant_dtype  # noqa: F401
+from tiny_models import (  # noqa: F401 - tiny_checkpoint is a fixture
+    ROOT, VARIANTS, hf_greedy, hf_logits, hf_model, make_tiny_models, prompt_ids, tiny_checkpoint, variant_dtype,
+)
 
 FP32_VARIANTS = [name for name in VARIANTS if variant_dtype(name) == "float32"]
 LOGITS_ATOL = 1e-4
@@ -94,6 +96,19 @@ def test_greedy_tokens_match_transformers_generate(variant):
     ids = prompt_ids(20, seed=5)
     result = model.generate(ids, max_tokens=32, temperature=0.0, ignore_eos=True)
     assert list(result.token_ids) == hf_greedy(folder, ids, 32)
+
+
+@pytest.mark.parametrize("flag, value", [("scale_attn_by_inverse_layer_idx", True), ("scale_attn_weights", False)])
+def test_gpt2_attention_scaling_flags(flag, value, tmp_path):
+    """GPT-2 configs may change the attention-score scale; honour the flag or refuse it by name."""
+    folder = make_tiny_models.build_tiny_checkpoint("gpt2", tmp_path / "gpt2", **{flag: value})
+    try:
+        model = tinyinfer.load(folder)
+    except tinyinfer.TinyInferError as e:
+        assert flag in str(e)
+        return
+    ids = prompt_ids(20)
+    np.testing.assert_allclose(model.logits(ids), hf_logits(folder, ids), rtol=0, atol=LOGITS_ATOL)
 
 
 def test_generation_stops_at_eos_from_generation_config(tiny_checkpoint, tmp_path):

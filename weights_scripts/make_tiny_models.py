@@ -91,7 +91,7 @@ _QWEN2_WINDOW_LAYERS = {"num_key_value_heads": 2, "use_sliding_window": True, "s
 # last, to reproduce what real files carry).
 VARIANTS: dict[str, tuple[str, dict, dict]] = {
     "gpt2": ("gpt2", {}, {}),
-    "gpt2_old": ("gpt2", {}, {"dialect": "old"}),
+    "gpt2_old": ("gpt2", {"n_inner": 80}, {"dialect": "old"}),  # also an MLP width other than 4 x d_model
     "llama": ("llama", {}, {}),
     "llama_old": ("llama", {}, {"dialect": "old"}),
     "llama_gqa": ("llama", {"num_key_value_heads": 2}, {}),
