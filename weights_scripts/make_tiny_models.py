@@ -84,7 +84,10 @@ _LLAMA3_ROPE = {
     "original_max_position_embeddings": 64,
 }
 
-_QWEN2_WINDOW_LAYERS = {"num_key_value_heads": 2, "use_sliding_window": True, "sliding_window": 8, "max_window_layers": 1}
+_LINEAR_ROPE = {"rope_type": "linear", "factor": 4.0, "rope_theta": 500.0}
+_QWEN2_WINDOW_LAYERS = {
+    "num_key_value_heads": 2, "use_sliding_window": True, "sliding_window": 8, "max_window_layers": 1
+}
 
 # name -> (arch, config overrides, options). Options: dtype, dialect ("new"/"old"), max_shard_size (to write
 # a sharded checkpoint with model.safetensors.index.json), config_edits (applied to the written config.json
@@ -101,11 +104,11 @@ VARIANTS: dict[str, tuple[str, dict, dict]] = {
     "llama_sharded": ("llama", {"num_key_value_heads": 2}, {"max_shard_size": "40KB"}),
     # head_dim (16) != hidden_size / heads (12): q/k/v/o projections are not square.
     "llama_head_dim": ("llama", {"head_dim": 16, "num_key_value_heads": 2}, {}),
-    "llama_rope_linear": ("llama", {"rope_parameters": {"rope_type": "linear", "factor": 4.0, "rope_theta": 500.0}}, {}),
+    "llama_rope_linear": ("llama", {"rope_parameters": _LINEAR_ROPE}, {}),
     "llama_rope_linear_old": (
         "llama",
-        {"rope_parameters": {"rope_type": "linear", "factor": 4.0, "rope_theta": 500.0}},
-        {"dialect": "old", "rope_kind_key": "type"},
+        {"rope_parameters": _LINEAR_ROPE},
+        {"dialect": "old", "rope_kind_key": "type"},  # the oldest spelling: {"type": "linear", ...}
     ),
     "llama_rope_llama3": ("llama", {"rope_parameters": _LLAMA3_ROPE}, {}),
     "llama_rope_llama3_old": ("llama", {"rope_parameters": _LLAMA3_ROPE}, {"dialect": "old"}),
