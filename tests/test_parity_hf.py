@@ -11,6 +11,9 @@ attention, float32) and must agree on:
   (transformers' own cached decode differs from its full forward by up to 4e-5 here), while a cache bug
   (a wrong position, slot or window) moves logits by 0.01 or more;
 - 32 greedy tokens, identical to transformers' `generate(do_sample=False)` with EOS disabled.
+
+Guard tests check that these comparisons have teeth: every stored tensor is randomised, two swapped tensors
+move the logits ~1000x past the tolerance, and the sliding-window variant really changes transformers' output.
 """
 
 from __future__ import annotations
@@ -24,8 +27,10 @@ import sys
 
 import numpy as np
 import pytest
+import safetensors.torch
 import torch
 import transformers
+from safetensors.numpy import load_file, save_file
 
 import tinyinfer
 from tinyinfer.model import SeqChunk
@@ -125,6 +130,35 @@ def test_generation_stops_at_eos_from_generation_config(tiny_checkpoint, tmp_pat
     assert eos in model.config.eos_token_ids
     tokens = list(model.generate(ids, max_tokens=32, temperature=0.0).token_ids)
     assert tokens in (greedy[:5], greedy[:6])  # with or without the EOS token itself
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_every_stored_tensor_is_randomised(name, tiny_checkpoint):
+    """Guard on the fixture: no tensor keeps a fresh init's constant ones or zeros (see make_tiny_models)."""
+    folder = tiny_checkpoint(name)
+    for path in folder.glob("*.safetensors"):
+        for tensor_name, tensor in safetensors.torch.load_file(path).items():  # torch reads bf16 too
+            assert tensor.float().std() > 0.1, tensor_name
+
+
+@pytest.mark.parametrize("name, swap", [
+    ("llama", ("model.layers.0.input_layernorm.weight", "model.layers.0.post_attention_layernorm.weight")),
+    ("qwen3", ("model.layers.1.self_attn.q_norm.weight", "model.layers.1.self_attn.k_norm.weight")),
+    ("llama_gqa", ("model.layers.0.self_attn.k_proj.weight", "model.layers.0.self_attn.v_proj.weight")),
+    ("gpt2", ("transformer.h.1.ln_1.bias", "transformer.h.1.ln_2.bias")),
+])
+def test_parity_tolerance_catches_a_swapped_tensor(name, swap, tiny_checkpoint, tmp_path):
+    """Guard on the test's power: loading two same-shaped tensors in each other's place moves the logits far
+    beyond LOGITS_ATOL, so a wrong name map cannot pass test_logits_match_transformers_at_every_position."""
+    folder = tmp_path / name
+    shutil.copytree(tiny_checkpoint(name), folder)
+    tensors = load_file(folder / "model.safetensors")
+    a, b = swap
+    tensors[a], tensors[b] = tensors[b], tensors[a]
+    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+    ids = prompt_ids(20)
+    error = np.abs(tinyinfer.load(folder).logits(ids) - hf_logits(tiny_checkpoint(name), ids)).max()
+    assert error > 1000 * LOGITS_ATOL
 
 
 def test_sliding_window_variant_really_slides(tiny_checkpoint):
