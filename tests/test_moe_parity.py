@@ -264,3 +264,19 @@ def test_generate_show_routing_prints_the_expert_load(moe_checkpoint, capsys):
     assert [int(row[0]) for row in rows] == [0, 1]
     n_tokens = int(err.split("routing: ")[1].split()[0])  # prompt tokens + 4 fed-back tokens
     assert all(sum(int(n) for n in row[1].split()) == 2 * n_tokens for row in rows)  # top-2: 2 experts per token
+
+
+def test_builtin_shakespeare_moe_matches_transformers():
+    """The trained built-in MoE (Mixtral-style, tinyinfer/models/shakespeare-moe/) against transformers: logits
+    at every position of a real prompt, and 32 greedy tokens. Skipped until the model is installed."""
+    from tinyinfer.resolve import builtin_models
+
+    folder = builtin_models().get("shakespeare-moe")
+    if folder is None:
+        pytest.skip("the built-in shakespeare-moe model is not installed (weights_scripts/train_builtin.py trains it)")
+    model = tinyinfer.load("shakespeare-moe")
+    assert model.config.model_type == "mixtral" and model.config.n_experts > 1
+    ids = model.tokenizer.encode("ROMEO:\nBut soft, what light through yonder window breaks?")
+    np.testing.assert_allclose(model.logits(ids), hf_logits(folder, ids), rtol=0, atol=LOGITS_ATOL)
+    result = model.generate(ids, max_tokens=32, temperature=0.0, ignore_eos=True)
+    assert list(result.token_ids) == hf_greedy(folder, ids, 32)
