@@ -11,7 +11,7 @@ import pytest
 
 from tinyinfer.constrain.automaton import compile_grammar
 from tinyinfer.constrain.grammar import parse_grammar
-from tinyinfer.constrain.mask import Constraint, TokenMasker
+from tinyinfer.constrain.mask import Constraint, TokenMasker, Vocabulary
 from tinyinfer.constrain.parser import DEAD, ByteParser
 from tinyinfer.constrain.utf8 import utf8_sequences
 from tinyinfer.errors import TinyInferError
@@ -125,7 +125,7 @@ EOS, SPECIAL = 19, 20
 def test_mask_equals_brute_force_on_random_states(grammar_text, alphabet, max_len, test_len):
     words = language(grammar_text, alphabet, max_len)
     prefixes = {w[:i] for w in words for i in range(len(w) + 1)}
-    masker = TokenMasker(compile_grammar(parse_grammar(grammar_text)), VOCAB, eos_ids=[EOS], special_ids=[SPECIAL])
+    masker = TokenMasker(compile_grammar(parse_grammar(grammar_text)), Vocabulary(VOCAB, [EOS], [SPECIAL]))
     rng = random.Random(1)
     states = sorted(p for p in prefixes if len(p) <= test_len)
     for prefix in rng.sample(states, min(40, len(states))) + [b""]:
@@ -138,7 +138,7 @@ def test_mask_equals_brute_force_on_random_states(grammar_text, alphabet, max_le
 
 @pytest.mark.exercise("8.2")
 def test_constraint_walks_tokens_and_refuses_forbidden_ones():
-    masker = TokenMasker(compile_grammar(parse_grammar('root ::= "a" "b"?')), [b"a", b"b", b"ab", b"<eos>"], [3])
+    masker = TokenMasker(compile_grammar(parse_grammar('root ::= "a" "b"?')), Vocabulary([b"a", b"b", b"ab", b"<eos>"], [3]))
     constraint = Constraint(masker)
     assert constraint.allowed_mask().tolist() == [True, False, True, False]
     constraint.advance(0)
@@ -155,7 +155,7 @@ def test_masks_are_shared_across_contexts_yet_exact():
     """The same string rule reached at two depths: the cached local part must not leak the context."""
     grammar = 'root ::= "[" (s | root) "]"\ns ::= "\\"" [a-z]* "\\""'
     vocab = [b"[", b"]", b'"', b"ab", b'b"', b'b"]', b'b"]]', b"<eos>"]
-    masker = TokenMasker(compile_grammar(parse_grammar(grammar)), vocab, [7])
+    masker = TokenMasker(compile_grammar(parse_grammar(grammar)), Vocabulary(vocab, [7]))
     shallow = masker.parser.step_bytes(masker.parser.initial, b'["a')
     deep = masker.parser.step_bytes(masker.parser.initial, b'[["a')
     assert masker.mask(shallow).tolist() == [False, False, True, True, True, True, False, False]

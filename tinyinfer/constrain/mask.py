@@ -12,7 +12,7 @@ view; where a byte finishes the current rule (the view is `escaped`), the walk r
 finishes that subtree with the full state. Those escape points are few (tokens containing `"` inside a
 string), so most of the work is cached across contexts.
 
-    masker = TokenMasker(compile_grammar(g), vocab=[b"a", b"b", b"ab", b"<eos>"], eos_ids=[3])
+    masker = TokenMasker(compile_grammar(g), Vocabulary([b"a", b"b", b"ab", b"<eos>"], eos_ids=[3]))
     c = Constraint(masker)
     c.allowed_mask()  -> array([ True, False,  True, False])     # for root ::= "a" "b"?
     c.advance(0); c.allowed_mask() -> array([False,  True, False,  True])
@@ -67,17 +67,32 @@ class VocabTrie:
         return len(self.children)
 
 
+class Vocabulary:
+    """What a mask needs to know about a tokenizer: each token's bytes (as a trie), EOS and special ids."""
+
+    def __init__(self, token_bytes: list[bytes], eos_ids, special_ids=()):
+        self.size = len(token_bytes)
+        self.eos_ids = sorted(set(int(i) for i in eos_ids))
+        bad = [i for i in self.eos_ids if not 0 <= i < self.size]
+        if bad:
+            raise TinyInferError(f"EOS id(s) {bad} outside the vocabulary of {self.size} tokens")
+        self.trie = VocabTrie(token_bytes, set(self.eos_ids) | set(int(i) for i in special_ids))
+
+    @classmethod
+    def from_tokenizer(cls, tokenizer, eos_ids=None) -> Vocabulary:
+        """From a tinyinfer Tokenizer (`token_bytes`, `special_ids`, `eos_token_id`)."""
+        if eos_ids is None:
+            eos_ids = [] if tokenizer.eos_token_id is None else [tokenizer.eos_token_id]
+        token_bytes = [tokenizer.token_bytes(i) for i in range(tokenizer.vocab_size)]
+        return cls(token_bytes, eos_ids, getattr(tokenizer, "special_ids", ()))
+
+
 class TokenMasker:
     """Masks over one vocabulary for one grammar, with the caches every Constraint on them shares."""
 
-    def __init__(self, net: Network, vocab: list[bytes], eos_ids, special_ids=()):
+    def __init__(self, net: Network, vocab: Vocabulary):
         self.parser = ByteParser(net)
-        self.vocab_size = len(vocab)
-        self.eos_ids = sorted(set(int(i) for i in eos_ids))
-        bad = [i for i in self.eos_ids if not 0 <= i < self.vocab_size]
-        if bad:
-            raise TinyInferError(f"EOS id(s) {bad} outside the vocabulary of {self.vocab_size} tokens")
-        self.trie = VocabTrie(vocab, set(self.eos_ids) | set(int(i) for i in special_ids))
+        self.vocab_size, self.eos_ids, self.trie = vocab.size, vocab.eos_ids, vocab.trie
         self._local_cache: dict[int, tuple[np.ndarray, list[int]]] = {}  # view -> (allowed nodes, escapes)
         self._mask_cache: dict[int, np.ndarray] = {}
 

@@ -1,0 +1,525 @@
+"""JSON Schema to grammar: every value the grammar derives is valid for the schema.
+
+    schema_to_grammar({"type": "object", "properties": {"n": {"type": "integer", "minimum": 1}},
+                       "required": ["n"], "additionalProperties": False})
+    -> root ::= "{\\"n\\":" ([1-9] [0-9]*) "}"       (roughly: plus the shared json-* rules)
+
+Design:
+
+- Each subschema becomes an expression; every `$ref` target becomes a named rule, so recursive schemas
+  become recursive grammars.
+- Objects list their properties in the schema's order (required ones always, optional ones maybe), then
+  any additional properties, whose keys differ from the declared names. Whitespace is compact.
+- `allOf` is merged into one schema; `anyOf` is an alternation; `oneOf` is an alternation only when the
+  branches provably cannot both match (different types, distinct constants, a required key the other
+  branch forbids): a grammar cannot say "exactly one".
+- A keyword the grammar cannot express is refused with TinyInferError naming the keyword and the path
+  (`not`, `if`, `patternProperties`, `uniqueItems: true`, `pattern` together with a length...). Keywords
+  that only annotate (title, description, default, examples, $schema, ...) are ignored, and so are words
+  outside the JSON Schema vocabulary, exactly as validators ignore them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from urllib.parse import unquote
+
+from tinyinfer.constrain.grammar import EMPTY, Grammar, Literal, Ref, Repeat, alt, optional, seq
+from tinyinfer.constrain.json_values import (
+    BASE_RULES,
+    FORMATS,
+    UNSUPPORTED_FORMATS,
+    decimal_range,
+    format_expr,
+    int_range,
+    is_integral,
+    json_content,
+    multiple_of,
+    quoted,
+    string_not_in,
+)
+from tinyinfer.constrain.regex import pattern_to_expr
+from tinyinfer.errors import TinyInferError
+
+TYPES = ("null", "boolean", "object", "array", "string", "number", "integer")
+ANNOTATIONS = {"title", "description", "$schema", "$id", "id", "$comment", "examples", "default", "deprecated",
+               "readOnly", "writeOnly", "contentMediaType", "contentEncoding", "$anchor", "$vocabulary",
+               "$defs", "definitions"}
+SUPPORTED = {"type", "enum", "const", "properties", "required", "additionalProperties", "items", "prefixItems",
+             "additionalItems", "minItems", "maxItems", "minLength", "maxLength", "pattern", "format", "minimum",
+             "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "anyOf", "oneOf", "allOf", "$ref",
+             "minProperties", "maxProperties", "uniqueItems"}
+UNSUPPORTED = {"not", "if", "then", "else", "dependencies", "dependentRequired", "dependentSchemas",
+               "patternProperties", "propertyNames", "unevaluatedProperties", "unevaluatedItems", "contains",
+               "minContains", "maxContains", "$dynamicRef", "$dynamicAnchor", "$recursiveRef", "$recursiveAnchor",
+               "contentSchema"}
+MAX_MULTIPLE_OF = 1000  # the divisibility automaton has this many rules at most
+
+
+def schema_error(path: str, message: str) -> TinyInferError:
+    return TinyInferError(f"JSON schema at {path}: {message}")
+
+
+def schema_to_grammar(schema) -> Grammar:
+    """Compile a JSON Schema (a dict or a bool) into a Grammar whose root derives valid instances."""
+    return _Compiler(schema).grammar()
+
+
+def json_grammar() -> Grammar:
+    """Any JSON value (compact)."""
+    return Grammar(dict(BASE_RULES))
+
+
+class _Compiler:
+    def __init__(self, root):
+        self.root = root
+        self.rules: dict[str, object] = {}
+        self.ref_rules: dict[str, str] = {}  # "$ref" string -> rule name
+        self.counter = 0
+
+    def grammar(self) -> Grammar:
+        self.rules["root"] = self.expr(self.root, "#")
+        for name, expr in BASE_RULES.items():
+            if name != "root":
+                self.rules.setdefault(name, expr)
+        return Grammar(self.rules)
+
+    # ------------------------------------------------------------ references
+    def resolve(self, ref: str, path: str):
+        """The subschema a local reference `#/...` points to."""
+        if not ref.startswith("#"):
+            raise schema_error(path, f"$ref {ref!r} is not local; only '#/...' references are supported")
+        node = self.root
+        for part in ref[1:].lstrip("/").split("/") if ref not in ("#", "#/") else []:
+            part = unquote(part).replace("~1", "/").replace("~0", "~")
+            if isinstance(node, list) and part.isdigit() and int(part) < len(node):
+                node = node[int(part)]
+            elif isinstance(node, dict) and part in node:
+                node = node[part]
+            else:
+                raise schema_error(path, f"$ref {ref!r} points nowhere (no {part!r})")
+        return node
+
+    def ref_rule(self, ref: str, path: str) -> str:
+        name = self.ref_rules.get(ref)
+        if name is None:
+            target = self.resolve(ref, path)
+            slug = re.sub(r"[^A-Za-z0-9]+", "-", ref).strip("-") or "root"
+            name = self.ref_rules[ref] = f"ref-{slug}-{len(self.ref_rules)}"
+            self.rules[name] = EMPTY  # placeholder while compiling, so recursion finds the name
+            self.rules[name] = self.expr(target, ref)
+        return name
+
+    def deref(self, schema, path: str, depth: int = 0):
+        """Follow a chain of bare `$ref`s to a schema dict (used where schemas are merged)."""
+        while isinstance(schema, dict) and "$ref" in schema:
+            if depth > 32:
+                raise schema_error(path, "$ref chain too deep to merge (recursive allOf?)")
+            rest = {k: v for k, v in schema.items() if k != "$ref"}
+            target = self.resolve(schema["$ref"], path)
+            schema = merge([target, rest], path, self) if _constraining(rest) else target
+            depth += 1
+        return schema
+
+    # ------------------------------------------------------------ schemas
+    def expr(self, schema, path: str):
+        if schema is True or schema == {}:
+            return Ref("json-value")
+        if schema is False:
+            raise schema_error(path, "schema `false` admits no value")
+        if not isinstance(schema, dict):
+            raise schema_error(path, f"a schema must be an object or a boolean, not {type(schema).__name__}")
+        _check_keywords(schema, path)
+        if "$ref" in schema:
+            if not _constraining({k: v for k, v in schema.items() if k != "$ref"}):
+                return Ref(self.ref_rule(schema["$ref"], path))
+            return self.expr(self.deref(schema, path), path)
+        if "allOf" in schema:
+            parts = [{k: v for k, v in schema.items() if k != "allOf"}] + list(schema["allOf"])
+            return self.expr(merge(parts, path, self), path + "/allOf")
+        for key in ("anyOf", "oneOf"):
+            if key in schema:
+                return self.union(schema, key, path)
+        if "const" in schema or "enum" in schema:
+            return self.constants(schema, path)
+        types = _types(schema, path)
+        return alt(*(self.typed(t, schema, path) for t in types))
+
+    def union(self, schema, key: str, path: str):
+        rest = {k: v for k, v in schema.items() if k != key}
+        branches = list(schema[key])
+        if not branches:
+            raise schema_error(path, f"{key} is empty")
+        if _constraining(rest):
+            branches = [merge([rest, b], f"{path}/{key}/{i}", self) for i, b in enumerate(branches)]
+        if key == "oneOf":
+            _check_disjoint([self.deref(b, path) for b in branches], f"{path}/oneOf")
+        return alt(*(self.expr(b, f"{path}/{key}/{i}") for i, b in enumerate(branches)))
+
+    def constants(self, schema, path: str):
+        values = [schema["const"]] if "const" in schema else list(schema["enum"])
+        if "type" in schema:
+            types = set(_types(schema, path))
+            values = [v for v in values if _json_type(v) in types or (_json_type(v) == "integer" and "number" in types)]
+        if not values:
+            raise schema_error(path, "no value of enum/const matches the schema's type")
+        text = [json.dumps(v, separators=(",", ":"), ensure_ascii=False) for v in values]
+        return alt(*(Literal(t) for t in text))
+
+    def typed(self, kind: str, schema: dict, path: str):
+        if kind == "null":
+            return Literal("null")
+        if kind == "boolean":
+            return alt(Literal("true"), Literal("false"))
+        return {"string": self.string, "integer": self.integer, "number": self.number,
+                "array": self.array, "object": self.object}[kind](schema, path)
+
+    # ------------------------------------------------------------ strings and numbers
+    def string(self, schema: dict, path: str):
+        lo, hi = schema.get("minLength", 0), schema.get("maxLength")
+        fmt = schema.get("format")
+        if fmt in UNSUPPORTED_FORMATS:
+            raise schema_error(path, f"format {fmt!r} is not supported (supported: {', '.join(FORMATS)})")
+        constrained = [k for k in ("pattern", "format") if k in schema and (k != "format" or fmt in FORMATS)]
+        if len(constrained) > 1 or (constrained and (lo or hi is not None)):
+            raise schema_error(path, f"cannot combine {' with '.join(constrained)} with another string constraint "
+                               "(pattern, format, minLength/maxLength); keep one")
+        if "pattern" in schema:
+            try:
+                return quoted(json_content(pattern_to_expr(schema["pattern"])))
+            except TinyInferError as e:
+                raise schema_error(path + "/pattern", str(e)) from None
+        if constrained:
+            return format_expr(fmt)
+        if hi is not None and hi < lo:
+            raise schema_error(path, f"maxLength {hi} < minLength {lo}")
+        if lo == 0 and hi is None:
+            return Ref("json-string")
+        return quoted(Repeat(Ref("json-char"), lo, hi))
+
+    def integer(self, schema: dict, path: str):
+        lo, lo_open, hi, hi_open = _bounds(schema, path)
+        lo = None if lo is None else (int(lo) + 1 if lo_open and is_integral(lo) else -int(-lo // 1))
+        hi = None if hi is None else (int(hi) - 1 if hi_open and is_integral(hi) else int(hi // 1))
+        step = schema.get("multipleOf")
+        if step is not None and not (is_integral(step) and step > 0):
+            raise schema_error(path, f"multipleOf {step} is supported only as a positive integer")
+        if lo is not None and hi is not None and lo > hi:
+            raise schema_error(path, f"no integer lies between the bounds {lo} and {hi}")
+        if step is None or step == 1:
+            return Ref("json-integer") if lo is None and hi is None else int_range(lo, hi)
+        return self.multiple(int(step), lo, hi, path)
+
+    def multiple(self, step: int, lo, hi, path: str):
+        """Integers divisible by `step`, with at most a sign bound (lo >= 0 or hi <= 0) near zero."""
+        if step > MAX_MULTIPLE_OF:
+            raise schema_error(path, f"multipleOf {step} is larger than the supported {MAX_MULTIPLE_OF}")
+        if (lo is not None and not 0 <= lo <= step) or (hi is not None and not -step <= hi <= 0) or (
+            lo is not None and hi is not None):
+            raise schema_error(path, "multipleOf with bounds is supported only for a bound between -step and step")
+        prefix = f"mult-{step}"
+        first, rules = multiple_of(step, prefix)
+        self.rules.update(rules)
+        options = []
+        if lo is None:
+            options.append(seq(Literal("-"), first))
+        if hi is None:
+            options.append(first)
+        if (lo is None or lo <= 0) and (hi is None or hi >= 0):
+            options.append(Literal("0"))
+        return alt(*options)
+
+    def number(self, schema: dict, path: str):
+        lo, lo_open, hi, hi_open = _bounds(schema, path)
+        step = schema.get("multipleOf")
+        if step is not None:
+            if not (is_integral(step) and step > 0):
+                raise schema_error(path, f"multipleOf {step} is supported only as a positive integer "
+                                   "(decimal steps are inexact in binary floating point)")
+            return self.integer(schema, path)
+        if lo is None and hi is None:
+            return Ref("json-number")
+        for name, bound in (("minimum", lo), ("maximum", hi)):
+            if bound is not None and not is_integral(bound):
+                raise schema_error(path, f"a non-integer {name} ({bound}) on a number is not supported")
+        try:
+            return decimal_range(lo, lo_open, hi, hi_open)
+        except ValueError:
+            raise schema_error(path, f"no number lies between the bounds {lo} and {hi}") from None
+
+    # ------------------------------------------------------------ arrays and objects
+    def array(self, schema: dict, path: str):
+        if schema.get("uniqueItems") and schema.get("maxItems", 2) > 1:
+            raise schema_error(path, "uniqueItems: true is not supported (a grammar cannot compare items)")
+        items = schema.get("items", True)
+        if "prefixItems" in schema:
+            prefix, rest = list(schema["prefixItems"]), items
+        elif isinstance(items, list):
+            prefix, rest = items, schema.get("additionalItems", True)
+        else:
+            prefix, rest = [], items
+        lo, hi = schema.get("minItems", 0), schema.get("maxItems")
+        if hi is not None:
+            prefix = prefix[:hi]
+        elements = [self.expr(s, f"{path}/items/{i}") for i, s in enumerate(prefix)]
+        rest_expr = None if rest is False else self.expr(rest, f"{path}/items")
+        if lo > len(elements) and rest_expr is None or (hi is not None and hi < lo):
+            raise schema_error(path, f"no array satisfies minItems {lo} here")
+        return seq(Literal("["), _comma_list(elements, rest_expr, lo, hi), Literal("]"))
+
+    def object(self, schema: dict, path: str):
+        props = dict(schema.get("properties", {}))
+        required = list(dict.fromkeys(schema.get("required", [])))
+        extra = schema.get("additionalProperties", True)
+        for key in required:  # required keys without a declared schema take additionalProperties' schema
+            if key not in props:
+                if extra is False:
+                    raise schema_error(path, f"required property {key!r} is forbidden by additionalProperties")
+                props[key] = extra
+        entries, required_flags = [], []
+        for key, sub in props.items():
+            if sub is False:
+                if key in required:
+                    raise schema_error(path, f"required property {key!r} has schema false")
+                continue
+            key_text = json.dumps(key, ensure_ascii=False)
+            entries.append(seq(Literal(key_text + ":"), self.expr(sub, f"{path}/properties/{key}")))
+            required_flags.append(key in required)
+        extra_expr = None
+        if extra is not False:
+            extra_expr = seq(string_not_in(list(props)), Literal(":"), self.expr(extra, f"{path}/additionalProperties"))
+        lo, hi = schema.get("minProperties", 0), schema.get("maxProperties")
+        nonempty = lo > sum(required_flags)  # satisfiable by a grammar only for minProperties: 1
+        if (nonempty and lo > 1) or (hi is not None and (extra_expr is not None or hi < len(entries))):
+            raise schema_error(path, "minProperties/maxProperties are supported only when implied by required "
+                               "and additionalProperties, or as minProperties: 1")
+        body = _object_body(entries, required_flags, extra_expr, nonempty, rule=self._object_rule)
+        if body is None:
+            raise schema_error(path, "minProperties: 1 but no property is allowed")
+        return seq(Literal("{"), body, Literal("}"))
+
+    def _object_rule(self, expr) -> Ref:
+        """Share an object's tail as a named rule (keeps optional properties linear in size)."""
+        self.counter += 1
+        name = f"obj-{self.counter}"
+        self.rules[name] = expr
+        return Ref(name)
+
+
+def _comma_list(elements: list, rest, lo: int, hi: int | None):
+    """Comma-separated: the `elements` in order (each may stop the list once lo are there), then `rest`
+    repeated, with lo..hi items in all."""
+
+    def tail(i: int):  # items from index i on, after i items already written
+        if i < len(elements):
+            item = seq(Literal(","), elements[i], tail(i + 1))
+            return item if i < lo else optional(item)
+        if rest is None or (hi is not None and i >= hi):
+            return EMPTY
+        return Repeat(seq(Literal(","), rest), max(lo - i, 0), None if hi is None else hi - i)
+
+    first = elements[0] if elements else rest
+    if first is None or hi == 0:
+        return EMPTY
+    body = seq(first, tail(1))
+    return body if lo > 0 else optional(body)
+
+
+def _object_body(entries: list, required: list[bool], extra, nonempty: bool, rule):
+    """Properties in order (required ones always), then extra properties; commas between."""
+    n = len(entries)
+    extras_after = EMPTY if extra is None else Repeat(seq(Literal(","), extra), 0, None)
+    after = [None] * (n + 1)  # after[i]: properties i.. once something has been written
+    after[n] = extras_after
+    for i in range(n - 1, -1, -1):
+        item = seq(Literal(","), entries[i], after[i + 1])
+        after[i] = rule(item if required[i] else alt(item, after[i + 1]))
+    starts = []  # the first property written is entry j (all before it optional and skipped)
+    for j in range(n):
+        starts.append(seq(entries[j], after[j + 1]))
+        if required[j]:
+            break
+    else:
+        if extra is not None:
+            starts.append(seq(extra, extras_after))
+        if not nonempty:
+            starts.append(EMPTY)
+    return alt(*starts) if starts else None
+
+
+# ---------------------------------------------------------------- schema helpers
+def _check_keywords(schema: dict, path: str) -> None:
+    for key, value in schema.items():
+        if key in UNSUPPORTED and value not in ({}, True) and not (key == "dependencies" and value == {}):
+            raise schema_error(path, f"keyword {key!r} is not supported; remove it or rewrite the schema without it")
+
+
+def _constraining(schema: dict) -> bool:
+    return any(k in SUPPORTED or k in UNSUPPORTED for k in schema)
+
+
+def _json_type(value) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int) or (isinstance(value, float) and value.is_integer()):
+        return "integer"
+    return {float: "number", str: "string", list: "array", dict: "object"}[type(value)]
+
+
+def _types(schema: dict, path: str) -> list[str]:
+    declared = schema.get("type", list(TYPES))
+    declared = [declared] if isinstance(declared, str) else list(declared)
+    for t in declared:
+        if t not in TYPES:
+            raise schema_error(path, f"unknown type {t!r}; use one of {', '.join(TYPES)}")
+    if not declared:
+        raise schema_error(path, "type list is empty")
+    if "number" in declared and "integer" in declared:
+        declared.remove("integer")  # number already includes the integers
+    return declared
+
+
+def _bounds(schema: dict, path: str):
+    """(lo, lo_open, hi, hi_open) from draft-4 (boolean exclusive*) or draft-6+ (numeric exclusive*)."""
+    lo, hi = schema.get("minimum"), schema.get("maximum")
+    lo_open = hi_open = False
+    ex_lo, ex_hi = schema.get("exclusiveMinimum"), schema.get("exclusiveMaximum")
+    if isinstance(ex_lo, bool):
+        lo_open = ex_lo and lo is not None
+    elif ex_lo is not None and (lo is None or ex_lo >= lo):
+        lo, lo_open = ex_lo, True
+    if isinstance(ex_hi, bool):
+        hi_open = ex_hi and hi is not None
+    elif ex_hi is not None and (hi is None or ex_hi <= hi):
+        hi, hi_open = ex_hi, True
+    for name, bound in (("minimum", lo), ("maximum", hi)):
+        if bound is not None and (isinstance(bound, bool) or not isinstance(bound, (int, float))):
+            raise schema_error(path, f"{name} must be a number, not {bound!r}")
+    return lo, lo_open, hi, hi_open
+
+
+def _check_disjoint(branches: list, path: str) -> None:
+    for i in range(len(branches)):
+        for j in range(i):
+            if not _disjoint(branches[i], branches[j]):
+                raise schema_error(path, f"oneOf branches {j} and {i} may both match, and a grammar cannot "
+                                   "express 'exactly one'; use anyOf if overlap is acceptable")
+
+
+def _value_types(schema) -> set[str] | None:
+    """The JSON types a schema admits, or None when unknown (combinators)."""
+    if not isinstance(schema, dict) or any(k in schema for k in ("anyOf", "oneOf", "allOf", "$ref")):
+        return None
+    if "const" in schema or "enum" in schema:
+        values = [schema["const"]] if "const" in schema else schema["enum"]
+        return {_json_type(v) for v in values}
+    types = schema.get("type")
+    if types is None:
+        return None
+    types = {types} if isinstance(types, str) else set(types)
+    return types | {"integer"} if "number" in types else types
+
+
+def _constants(schema) -> list | None:
+    if isinstance(schema, dict) and "const" in schema:
+        return [schema["const"]]
+    if isinstance(schema, dict) and "enum" in schema:
+        return list(schema["enum"])
+    return None
+
+
+def _disjoint(a, b) -> bool:
+    ta, tb = _value_types(a), _value_types(b)
+    if ta is not None and tb is not None and not ta & tb:
+        return True
+    ca, cb = _constants(a), _constants(b)
+    if ca is not None and cb is not None:
+        return not any(x == y and _json_type(x) == _json_type(y) for x in ca for y in cb)
+    if not (isinstance(a, dict) and isinstance(b, dict)):
+        return False
+    for x, y in ((a, b), (b, a)):  # x requires a key that y forbids, or both pin it to distinct constants
+        for key in x.get("required", []):
+            if y.get("additionalProperties") is False and key not in y.get("properties", {}):
+                return True
+            px, py = x.get("properties", {}).get(key), y.get("properties", {}).get(key)
+            if key in y.get("required", []) and px is not None and py is not None:
+                cx, cy = _constants(px), _constants(py)
+                if cx is not None and cy is not None and not any(u == v for u in cx for v in cy):
+                    return True
+    return False
+
+
+# ---------------------------------------------------------------- allOf
+def merge(parts: list, path: str, compiler: _Compiler) -> dict:
+    """One schema equivalent to allOf(parts), or TinyInferError where tinyinfer cannot merge them."""
+    result: dict = {}
+    for part in parts:
+        part = compiler.deref(part, path)
+        if part is True:
+            continue
+        if part is False:
+            raise schema_error(path, "allOf contains schema false: no value is valid")
+        if "allOf" in part:
+            nested = merge([{k: v for k, v in part.items() if k != "allOf"}] + list(part["allOf"]), path, compiler)
+            part = nested
+        result = _merge_two(result, part, path)
+    return result
+
+
+def _merge_two(a: dict, b: dict, path: str) -> dict:
+    out = dict(a)
+    for key, value in b.items():
+        if key not in out or key in ANNOTATIONS:
+            out.setdefault(key, value)
+            continue
+        mine = out[key]
+        if key == "type":
+            ta = {mine} if isinstance(mine, str) else set(mine)
+            tb = {value} if isinstance(value, str) else set(value)
+            both = (ta & tb) | ({"integer"} if ("integer" in ta and "number" in tb) or ("number" in ta and "integer" in tb) else set())
+            if not both:
+                raise schema_error(path, f"allOf types {sorted(ta)} and {sorted(tb)} do not intersect")
+            out[key] = sorted(both)
+        elif key == "properties":
+            merged = dict(mine)
+            for name, sub in value.items():
+                merged[name] = {"allOf": [merged[name], sub]} if name in merged else sub
+            out[key] = merged
+        elif key == "required":
+            out[key] = list(dict.fromkeys(list(mine) + list(value)))
+        elif key in ("minLength", "minItems", "minProperties", "minimum"):
+            out[key] = max(mine, value)
+        elif key in ("maxLength", "maxItems", "maxProperties", "maximum"):
+            out[key] = min(mine, value)
+        elif key == "enum":
+            out[key] = [v for v in mine if v in value]
+        elif key in ("items", "additionalProperties", "additionalItems"):
+            out[key] = False if False in (mine, value) else {"allOf": [mine, value]}
+        elif mine != value:
+            raise schema_error(path, f"allOf combines two different {key!r} values; merge them by hand")
+    if "additionalProperties" in a or "additionalProperties" in b:
+        _restrict_properties(out, a, b, path)
+    return out
+
+
+def _restrict_properties(out: dict, a: dict, b: dict, path: str) -> None:
+    """additionalProperties of one part also governs the properties only the other part declares."""
+    props = dict(out.get("properties", {}))
+    for x in (a, b):
+        extra = x.get("additionalProperties", True)
+        if extra is True:
+            continue
+        own = x.get("properties", {})
+        for name in list(props):
+            if name not in own:
+                if extra is False:
+                    if name in out.get("required", []):
+                        raise schema_error(path, f"allOf requires {name!r} but additionalProperties forbids it")
+                    del props[name]
+                else:
+                    props[name] = {"allOf": [props[name], extra]}
+    if props or "properties" in out:
+        out["properties"] = props
