@@ -111,7 +111,7 @@ def test_paged_cache_reads_back_what_a_contiguous_cache_holds(stories):
             for got, want in zip(paged.read(2, seq_id, start), contiguous.read(2, seq_id, start)):
                 assert got.shape == (cfg.n_kv_heads, start, cfg.head_dim)
                 np.testing.assert_array_equal(got, want)
-    assert not paged.k[0].any() and not paged.k[2][6].any()  # other layers and unlisted blocks untouched
+    assert not paged.k[0].any() and not paged.k[2][:, 6].any()  # other layers and unlisted blocks untouched
 
 
 def test_paged_cache_refuses_positions_beyond_the_block_table(stories):

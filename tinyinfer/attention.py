@@ -60,3 +60,39 @@ def attention(q, k, v, mask):
     out = weights @ v  # [KV, G*n, L] @ [KV, L, hd] -> [KV, G*n, hd]
     return out.reshape(n_kv, group, n, hd).transpose(2, 0, 1, 3).reshape(n, n_heads * hd)  # -> [n, H*hd]
     # END EXERCISE 3.2
+
+
+# -- batched decode: one new token for each of many sequences (the serving engine's steady state) -----------
+
+
+def decode_mask(lengths, L: int, window: int | None = None) -> np.ndarray:
+    """Additive mask for B sequences of `lengths` tokens, each querying with its last token, padded to L keys.
+
+    >>> decode_mask(np.array([1, 3]), 3)
+    array([[  0., -inf, -inf],
+           [  0.,   0.,   0.]], dtype=float32)
+    """
+    key_pos = np.arange(L)[None, :]  # [1, L]
+    query_pos = np.asarray(lengths)[:, None] - 1  # [B, 1]
+    visible = key_pos <= query_pos  # [B, L]: also hides the padding after each sequence's end
+    if window is not None:
+        visible &= key_pos > query_pos - window
+    return np.where(visible, 0.0, -np.inf).astype(np.float32)
+
+
+def decode_attention(q, k, v, mask):
+    """`attention` for B sequences at once, one query each, over keys padded to a common length L.
+
+    One batched matrix product per KV head replaces B small ones: the Python loop over sequences disappears,
+    which is what makes a decode step of many sequences cost little more than a step of one.
+
+    q: [B, n_heads, hd], k and v: [n_kv_heads, B, L, hd], mask: [B, L] -> [B, n_heads * hd]
+    """
+    B, n_heads, hd = q.shape
+    n_kv = k.shape[0]
+    group = n_heads // n_kv
+    q = q.reshape(B, n_kv, group, hd).transpose(1, 0, 2, 3)  # [B, H, hd] -> [KV, B, G, hd]: head h reads h // G
+    scores = q @ k.transpose(0, 1, 3, 2) * hd**-0.5  # [KV, B, G, hd] @ [KV, B, hd, L] -> [KV, B, G, L]
+    weights = softmax(scores + mask[None, :, None, :])  # [KV, B, G, L]; padding gets weight exactly 0
+    out = weights @ v  # [KV, B, G, L] @ [KV, B, L, hd] -> [KV, B, G, hd]
+    return out.transpose(1, 0, 2, 3).reshape(B, n_heads * hd)  # -> [B, KV, G, hd] -> [B, H*hd]

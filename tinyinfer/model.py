@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tinyinfer.attention import attention, causal_mask
+from tinyinfer.attention import attention, causal_mask, decode_attention, decode_mask
 from tinyinfer.backend import get_xp, to_device, to_numpy
 from tinyinfer.config import Config
 from tinyinfer.errors import TinyInferError
@@ -88,16 +88,31 @@ class Model:
         if rope is not None:
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         out = self.xp.empty((T, cfg.n_heads * cfg.head_dim), dtype=q.dtype)  # [T, H*hd]
-        offset = 0
-        for chunk in chunks:
+        first_rows = np.cumsum([0] + [len(c.tokens) for c in chunks])  # row of each chunk's first token
+        batched = _batched_decodes(chunks, cache)
+        if batched:
+            self.decode_block(i, [chunks[j] for j in batched], first_rows[batched], q, k, v, out, cache)
+        for j, chunk in enumerate(chunks):
+            if j in batched:
+                continue
             n, end = len(chunk.tokens), chunk.start + len(chunk.tokens)
-            rows = slice(offset, offset + n)
+            rows = slice(first_rows[j], first_rows[j] + n)
             cache.write(i, chunk.seq_id, chunk.start, k[rows], v[rows])
             keys, values = cache.read(i, chunk.seq_id, end)  # 2 x [KV, end, hd]
             mask = to_device(causal_mask(n, chunk.start, cfg.window_of(i)), self.device)  # [n, end]
             out[rows] = attention(q[rows], keys, values, mask)  # -> [n, H*hd]
-            offset += n
         return _linear(out, layer, "o")  # [T, H*hd] -> [T, d]
+
+    def decode_block(self, i: int, chunks: list[SeqChunk], rows: np.ndarray, q, k, v, out, cache) -> None:
+        """Attention of many one-token chunks at once, through a cache that reads a batch of sequences
+        (the paged cache of the serving engine): one gather and one batched product instead of a loop."""
+        seq_ids, positions = [c.seq_id for c in chunks], [c.start for c in chunks]
+        rows = to_device(rows, self.device)
+        cache.write_batch(i, seq_ids, positions, k[rows], v[rows])
+        lengths = np.array(positions) + 1  # [B] each sequence's tokens, the new one included
+        keys, values = cache.read_batch(i, seq_ids, lengths)  # 2 x [KV, B, L, hd], padded to the longest
+        mask = to_device(decode_mask(lengths, keys.shape[2], self.config.window_of(i)), self.device)  # [B, L]
+        out[rows] = decode_attention(q[rows], keys, values, mask)  # -> [B, H*hd]
 
     def feed_forward(self, i: int, layer: dict, h):
         """The MLP of layer i: SwiGLU, GPT-2's GELU MLP, or a Mixture-of-Experts (tinyinfer/moe.py).  [T, d] -> [T, d]"""
@@ -152,6 +167,15 @@ def _qk_norm(x, weight, cfg: Config):
     if cfg.qk_norm_span == "full":
         return rms_norm(x.reshape(x.shape[0], -1), weight, cfg.norm_eps).reshape(x.shape)  # [T, heads*hd] as one
     return rms_norm(x, weight, cfg.norm_eps)
+
+
+def _batched_decodes(chunks: list[SeqChunk], cache) -> list[int]:
+    """Indices of the one-token chunks to attend as one batch: only when there are several and the cache
+    can read many sequences at once (`read_batch`); otherwise none, and every chunk takes the loop."""
+    if not hasattr(cache, "read_batch"):
+        return []
+    decodes = [j for j, c in enumerate(chunks) if len(c.tokens) == 1]
+    return decodes if len(decodes) > 1 else []
 
 
 def _linear(x, layer: dict, name: str):

@@ -3,8 +3,11 @@
 A contiguous cache gives every sequence a slab of `max_len` positions up front, used or not. A paged cache
 gives out memory `block_size` tokens at a time, as the sequence grows, from a pool shared by all sequences:
 
-    pool (per layer, K and V):   [n_blocks, n_kv_heads, block_size, head_dim]
+    pool (per layer, K and V):   [n_kv_heads, n_blocks, block_size, head_dim]
     block table of a sequence:   [7, 2, 9]  ->  positions 0..15 live in block 7, 16..31 in 2, 32..47 in 9
+
+(Heads come first so that the blocks gathered for a sequence, [KV, n, bs, hd], are already its keys in
+attention's layout [KV, n*bs, hd]: a reshape, not a second copy.)
 
 Position p of a sequence is slot p % block_size of block table[p // block_size]. The waste is at most one
 partly filled block per sequence, instead of (max_len - length) positions.
@@ -33,8 +36,8 @@ class PagedKVCache:
     def __init__(self, config: Config, n_blocks: int, block_size: int = 16, dtype=np.float32, xp=np):
         self.block_size = block_size
         self.n_blocks = n_blocks
-        shape = (n_blocks, config.n_kv_heads, block_size, config.head_dim)
-        self.k = [xp.zeros(shape, dtype=dtype) for _ in range(config.n_layers)]  # per layer [N, KV, bs, hd]
+        shape = (config.n_kv_heads, n_blocks, block_size, config.head_dim)
+        self.k = [xp.zeros(shape, dtype=dtype) for _ in range(config.n_layers)]  # per layer [KV, N, bs, hd]
         self.v = [xp.zeros(shape, dtype=dtype) for _ in range(config.n_layers)]
         self.tables: dict[int, list[int]] = {}  # seq_id -> block ids, in position order
         self.xp = xp
@@ -70,21 +73,45 @@ class PagedKVCache:
         # BEGIN EXERCISE 9.3: scatter new keys and values into their blocks
         blocks, offsets = self.slots(seq_id, start, start + k.shape[0])  # 2 x [n]
         blocks, offsets = self._on_device(blocks), self._on_device(offsets)
-        # pool[blocks, :, offsets] is [n, KV, hd]: the two index arrays pair up token by token
-        self.k[layer][blocks, :, offsets] = k
-        self.v[layer][blocks, :, offsets] = v
+        # pool[:, blocks, offsets] is [KV, n, hd]: the two index arrays pair up token by token
+        self.k[layer][:, blocks, offsets] = k.transpose(1, 0, 2)  # [n, KV, hd] -> [KV, n, hd]
+        self.v[layer][:, blocks, offsets] = v.transpose(1, 0, 2)
         # END EXERCISE 9.3
 
     def read(self, layer: int, seq_id: int, end: int):
         """Keys and values of positions 0..end-1, gathered from the sequence's blocks.  -> 2 x [KV, end, hd]"""
         n = -(-end // self.block_size)
         table = self._on_device(np.asarray(self.tables[seq_id][:n], dtype=np.int64))  # [n]
-        return self._gather(self.k[layer], table, end), self._gather(self.v[layer], table, end)
+        return self._gather(self.k[layer], table)[..., :end, :], self._gather(self.v[layer], table)[..., :end, :]
 
-    def _gather(self, pool, table, end: int):
-        blocks = pool[table]  # [N, KV, bs, hd] -> [n, KV, bs, hd]
-        n, n_kv, bs, hd = blocks.shape
-        return blocks.transpose(1, 0, 2, 3).reshape(n_kv, n * bs, hd)[:, :end]  # -> [KV, n*bs, hd] -> [KV, end, hd]
+    # -- a batch of sequences at once (the decode step of many sequences; see Model.decode_block) ----------
+
+    def write_batch(self, layer: int, seq_ids: list[int], positions: list[int], k, v) -> None:
+        """One new token for each sequence: k, v [B, KV, hd] stored at positions[b] of sequence seq_ids[b]."""
+        bs = self.block_size
+        blocks = self._on_device(np.array([self.tables[s][p // bs] for s, p in zip(seq_ids, positions)]))  # [B]
+        offsets = self._on_device(np.asarray(positions) % bs)  # [B]
+        self.k[layer][:, blocks, offsets] = k.transpose(1, 0, 2)  # [B, KV, hd] -> [KV, B, hd]
+        self.v[layer][:, blocks, offsets] = v.transpose(1, 0, 2)
+
+    def read_batch(self, layer: int, seq_ids: list[int], lengths) -> tuple:
+        """Keys and values of many sequences, padded to the longest: 2 x [KV, B, L, hd], L a whole number of
+        blocks. Sequence b's positions 0..lengths[b]-1 are real; the rest is padding for the mask to hide."""
+        n = -(-int(max(lengths)) // self.block_size)  # blocks of the longest sequence
+        tables = np.zeros((len(seq_ids), n), dtype=np.int64)  # [B, n]; padding points at block 0, masked later
+        for row, seq_id in enumerate(seq_ids):
+            table = self.tables[seq_id][:n]
+            tables[row, :len(table)] = table
+        tables = self._on_device(tables)
+        return self._gather(self.k[layer], tables), self._gather(self.v[layer], tables)
+
+    def _gather(self, pool, table):
+        """The blocks listed in `table` (any shape [...]), each sequence's run of blocks joined into positions.
+
+        [KV, N, bs, hd] -> [KV, ..., n, bs, hd] -> [KV, ..., n*bs, hd]
+        """
+        blocks = self.xp.take(pool, table, axis=1)  # [KV, ..., n, bs, hd], one copy
+        return blocks.reshape(*blocks.shape[:-3], blocks.shape[-3] * blocks.shape[-2], blocks.shape[-1])
 
     def _on_device(self, index: np.ndarray):
         return index if self.xp is np else self.xp.asarray(index)

@@ -1,0 +1,226 @@
+"""`tinyinfer bench serve`: what batching and prefix caching buy, measured side by side in one run.
+
+1. Throughput and latency. One synthetic workload (Poisson arrivals, random prompt and output lengths,
+   seeded sampling, EOS allowed: only tokens actually generated are counted) is served three ways:
+   - sequential: `model.generate` one request after another (no batching at all);
+   - static batching: the engine admits a batch only when the previous one has completely finished;
+   - continuous batching: the engine admits and retires requests at every step.
+   Every request is seeded, so all three produce the same tokens (the bench checks it); only time differs.
+2. Prefix caching. Requests sharing a long prefix (512 tokens, or what the context window allows) with a
+   short own suffix: time to first token with the prefix cache on, then off.
+3. Memory. During the continuous run, the KV bytes held (whole blocks) against the bytes the live tokens
+   need, and against contiguous slabs of the full context for the same sequences.
+
+    python -m tinyinfer bench serve                                   # the built-in model
+    python -m tinyinfer bench serve --model path/to/model --requests 64 --concurrency 32
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+from tqdm import tqdm
+
+import tinyinfer
+from tinyinfer.engine import LLM
+from tinyinfer.errors import TinyInferError
+from tinyinfer.sampling import SamplingParams
+
+
+@dataclass
+class Request:
+    arrival: float  # seconds after the start of the run
+    prompt_ids: list[int]
+    params: SamplingParams
+
+
+@dataclass
+class Served:
+    """One mode's run: per-request token ids, TTFT and TPOT, and the wall time."""
+
+    name: str
+    token_ids: list[list[int]]
+    ttft_s: list[float]
+    tpot_s: list[float]
+    wall_s: float
+
+    @property
+    def tokens(self) -> int:
+        return sum(len(ids) for ids in self.token_ids)
+
+    @property
+    def throughput(self) -> float:
+        return self.tokens / self.wall_s
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--model", default=None, help="built-in name, model folder, llama2.c .bin, or HF repo id "
+                        "(default: the built-in model)")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--requests", type=int, default=64, help="requests in the workload")
+    parser.add_argument("--concurrency", type=int, default=32, help="sequences the engine runs at once")
+    parser.add_argument("--rate", type=float, default=100.0, help="Poisson arrival rate, requests per second")
+    parser.add_argument("--prompt-len", default="16:192", help="prompt lengths, uniform in MIN:MAX tokens")
+    parser.add_argument("--output-len", default="16:128", help="max_tokens, uniform in MIN:MAX (EOS may end sooner)")
+    parser.add_argument("--temperature", type=float, default=0.8)
+    parser.add_argument("--block-size", type=int, default=16)
+    parser.add_argument("--max-batched-tokens", type=int, default=512, help="the engine's per-step token budget")
+    parser.add_argument("--prefix-len", type=int, default=512, help="shared prefix length for the prefix-cache test")
+    parser.add_argument("--prefix-requests", type=int, default=16)
+    parser.add_argument("--prefix-rate", type=float, default=10.0, help="arrival rate of the prefix-cache test")
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def run(args) -> int:
+    model = load_model(args.model, args.device)
+    rng = np.random.default_rng(args.seed)
+    workload = make_workload(model, rng, args.requests, args.rate, parse_range(args.prompt_len, "--prompt-len"),
+                             parse_range(args.output_len, "--output-len"), args.temperature)
+    engine = dict(block_size=args.block_size, max_num_seqs=args.concurrency,
+                  max_num_batched_tokens=args.max_batched_tokens)
+    print(f"model: {args.model or 'built-in'} ({model.n_params / 1e6:.2f}M parameters), device {args.device}")
+    print(f"workload: {args.requests} requests, Poisson arrivals at {args.rate:g}/s, prompts {args.prompt_len} "
+          f"tokens, max_tokens {args.output_len}, temperature {args.temperature:g}, EOS allowed; "
+          f"engine: {args.concurrency} concurrent sequences, blocks of {args.block_size}, "
+          f"{args.max_batched_tokens} tokens per step")
+    sequential = serve_sequential(model, workload)
+    static_llm, continuous_llm = LLM(model, static=True, **engine), LLM(model, **engine)
+    static = serve_engine(static_llm, workload, "static batching")
+    continuous = serve_engine(continuous_llm, workload, "continuous batching")
+    print_latency_table([sequential, static, continuous])
+    same = sequential.token_ids == static.token_ids == continuous.token_ids
+    print(f"same tokens in all three modes: {'yes' if same else 'NO (a bug: outputs must not depend on batching)'}")
+    print(f"throughput: continuous / sequential = {continuous.throughput / sequential.throughput:.1f}x, "
+          f"continuous / static = {continuous.throughput / static.throughput:.2f}x")
+    print_memory(continuous_llm, model)
+    print_prefix_caching(model, rng, args, engine)
+    return 0 if same else 1
+
+
+def load_model(name: str | None, device: str):
+    if name is None and importlib.util.find_spec("tinyinfer.resolve") is None:  # built-in models arrive with it
+        raise TinyInferError("no built-in model yet: give one with --model PATH (model folder or llama2.c .bin)")
+    return tinyinfer.load(name, device=device)
+
+
+def parse_range(text: str, flag: str) -> tuple[int, int]:
+    """"16:128" -> (16, 128)."""
+    try:
+        low, high = (int(part) for part in text.split(":"))
+    except ValueError:
+        raise TinyInferError(f"{flag} {text!r}: give MIN:MAX, e.g. 16:128") from None
+    if not 1 <= low <= high:
+        raise TinyInferError(f"{flag} {text!r}: need 1 <= MIN <= MAX")
+    return low, high
+
+
+def ordinary_tokens(model) -> np.ndarray:
+    """Token ids a random prompt may use: the vocabulary minus BOS and EOS."""
+    special = set(model.config.eos_token_ids) | {model.config.bos_token_id}
+    return np.array([i for i in range(model.config.vocab_size) if i not in special])
+
+
+def random_prompt(model, rng: np.random.Generator, n: int) -> list[int]:
+    bos = [] if model.config.bos_token_id is None else [model.config.bos_token_id]
+    return bos + rng.choice(ordinary_tokens(model), size=n - len(bos)).tolist()
+
+
+def make_workload(model, rng, n: int, rate: float, prompt_len, output_len, temperature: float) -> list[Request]:
+    arrivals = np.cumsum(rng.exponential(1 / rate, size=n))  # Poisson process: exponential gaps
+    limit = model.config.max_seq_len
+    requests = []
+    for i, arrival in enumerate(arrivals):
+        n_prompt = int(rng.integers(prompt_len[0], prompt_len[1] + 1))
+        max_tokens = min(int(rng.integers(output_len[0], output_len[1] + 1)), limit - n_prompt)
+        if max_tokens < 1:
+            raise TinyInferError(f"--prompt-len reaches {n_prompt} tokens, the context window is {limit}: lower it")
+        params = SamplingParams(temperature=temperature, max_tokens=max_tokens, seed=i)
+        requests.append(Request(float(arrival), random_prompt(model, rng, n_prompt), params))
+    return requests
+
+
+def serve_sequential(model, workload: list[Request]) -> Served:
+    """`model.generate` one request at a time, each starting when it has arrived and its predecessor is done."""
+    out = Served("sequential", [], [], [], 0.0)
+    start = time.perf_counter()
+    for request in tqdm(workload, desc="sequential", leave=False, disable=None):
+        _sleep_until(start + request.arrival)
+        began = time.perf_counter()
+        result = model.generate(request.prompt_ids, request.params)
+        out.token_ids.append(result.token_ids)
+        out.ttft_s.append(began - (start + request.arrival) + result.timings.ttft_s)  # queueing + prefill
+        out.tpot_s.append(result.timings.tpot_s)
+    out.wall_s = time.perf_counter() - start
+    return out
+
+
+def serve_engine(llm: LLM, workload: list[Request], name: str) -> Served:
+    """Feed the requests to the engine as they arrive; step it while it has work."""
+    pending, finished = deque(enumerate(workload)), {}
+    start = time.perf_counter()
+    with tqdm(total=len(workload), desc=name, leave=False, disable=None) as bar:
+        while pending or llm.has_unfinished():
+            while pending and start + pending[0][1].arrival <= time.perf_counter():
+                i, request = pending.popleft()
+                llm.add_request(request.prompt_ids, request.params, request_id=str(i), arrival=start + request.arrival)
+            if not llm.has_unfinished():
+                _sleep_until(start + pending[0][1].arrival)
+                continue
+            for out in llm.step():
+                if out.finished:
+                    finished[int(out.request_id)] = out
+                    bar.update(1)
+    wall = time.perf_counter() - start
+    results = [finished[i] for i in range(len(workload))]
+    return Served(name, [r.token_ids for r in results], [r.metrics.ttft_s for r in results],
+                  [r.metrics.tpot_s for r in results], wall)
+
+
+def _sleep_until(moment: float) -> None:
+    time.sleep(max(0.0, moment - time.perf_counter()))
+
+
+def _ms(values: list[float], q: float) -> float:
+    return 1000 * float(np.percentile(values, q)) if values else float("nan")
+
+
+def print_latency_table(runs: list[Served]) -> None:
+    print(f"\n{'mode':<22}{'tokens':>8}{'wall s':>9}{'tok/s':>9}{'TTFT p50':>10}{'p99':>9}{'TPOT p50':>10}{'p99':>9}  (ms)")
+    for r in runs:
+        tpot = [t for t, ids in zip(r.tpot_s, r.token_ids) if len(ids) >= 2]
+        print(f"{r.name:<22}{r.tokens:>8}{r.wall_s:>9.2f}{r.throughput:>9.1f}{_ms(r.ttft_s, 50):>10.1f}"
+              f"{_ms(r.ttft_s, 99):>9.1f}{_ms(tpot, 50):>10.2f}{_ms(tpot, 99):>9.2f}")
+
+
+def print_memory(llm: LLM, model) -> None:
+    """KV bytes held against bytes needed, averaged over the steps of the continuous run."""
+    steps = [s for s in llm.step_log if s.live_tokens]
+    bytes_per_token = llm.cache.bytes_per_block / llm.cache.block_size
+    held = sum(s.blocks_held for s in steps) * llm.cache.bytes_per_block
+    live = sum(s.live_tokens for s in steps) * bytes_per_token
+    slabs = sum(s.num_seqs for s in steps) * model.config.max_seq_len * bytes_per_token
+    peak = max(s.blocks_held for s in steps) * llm.cache.bytes_per_block
+    print(f"\nKV memory (continuous run, mean over {len(steps)} steps): held / live tokens need = {held / live:.3f} "
+          f"(target <= 1.10); contiguous {model.config.max_seq_len}-token slabs per sequence / live = "
+          f"{slabs / live:.1f}; peak held {peak / 2**20:.1f} MiB of a {llm.cache.nbytes / 2**20:.1f} MiB pool")
+
+
+def print_prefix_caching(model, rng, args, engine: dict) -> None:
+    """TTFT of requests sharing a long prefix, with the prefix cache on and off."""
+    suffix, max_tokens = (8, 32), 16
+    prefix_len = min(args.prefix_len, model.config.max_seq_len - suffix[1] - max_tokens)
+    prefix = random_prompt(model, rng, prefix_len)
+    arrivals = np.cumsum(rng.exponential(1 / args.prefix_rate, size=args.prefix_requests))
+    workload = [Request(float(t), prefix + random_prompt(model, rng, int(rng.integers(*suffix)) + 1)[1:],
+                        SamplingParams(temperature=0, max_tokens=max_tokens)) for t in arrivals]
+    runs = {cached: serve_engine(LLM(model, prefix_caching=cached, **engine), workload,
+                                 f"prefix cache {'on' if cached else 'off'}") for cached in (True, False)}
+    on, off = runs[True], runs[False]
+    print(f"\nshared prefix of {prefix_len} tokens + {suffix[0]}-{suffix[1]} own tokens, {args.prefix_requests} "
+          f"requests at {args.prefix_rate:g}/s: TTFT p50 {_ms(off.ttft_s, 50):.1f} ms without prefix caching, "
+          f"{_ms(on.ttft_s, 50):.1f} ms with it: {_ms(off.ttft_s, 50) / _ms(on.ttft_s, 50):.1f}x faster "
+          f"(mean {np.mean(off.ttft_s) / np.mean(on.ttft_s):.1f}x); same tokens: {'yes' if on.token_ids == off.token_ids else 'NO'}")
