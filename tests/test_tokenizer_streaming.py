@@ -46,3 +46,11 @@ def test_stream_of_any_ids_concatenates_to_decode(tok, data):
 def test_stream_of_any_encoded_text(tok, text):
     ids = tok.encode(text)
     assert "".join(stream(tok, ids)) == tok.decode(ids)
+
+
+def test_skipped_special_token_inside_a_byte_run():
+    """ByteFallback decodes a run of byte tokens as a whole, and a skipped special token does not end it."""
+    tok = Tokenizer.from_file(shared_data("tokenizers/phi-3-mini"))
+    e2, x00, special = tok.token_to_id["<0xE2>"], tok.token_to_id["<0x00>"], tok.token_to_id["<|endoftext|>"]
+    for ids in ([x00, special, e2], [e2, special, x00, special], [x00, e2, special]):
+        assert "".join(stream(tok, ids, skip_special_tokens=True)) == tok.decode(ids, skip_special_tokens=True)

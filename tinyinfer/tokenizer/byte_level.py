@@ -11,6 +11,8 @@ stand for themselves, and the others are moved to U+0100 and up (a space becomes
 
 from __future__ import annotations
 
+import regex
+
 # GPT-2's pre-tokenizer: contractions, words, numbers, other symbols, each with one optional leading space,
 # then runs of whitespace (a space before a word stays with the word: " world" is one chunk).
 GPT2_SPLIT_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
@@ -29,11 +31,18 @@ def bytes_to_unicode() -> dict[int, str]:
 
 
 BYTE_TO_CHAR = bytes_to_unicode()
+_SURROGATE = regex.compile(r"[\ud800-\udfff]")
 # Decoding UTF-8 bytes as Latin-1 gives one character per byte; this table then renames each one.
 _LATIN1_TO_BYTE_LEVEL = str.maketrans({chr(b): c for b, c in BYTE_TO_CHAR.items()})
 # ...and back. Latin-1 characters that are not in the table (' ', '\n') become U+FFFF, which makes
 # .encode("latin-1") fail, like every other character outside the table.
 _BYTE_LEVEL_TO_LATIN1 = str.maketrans({**{chr(b): "\uffff" for b in range(256)}, **{c: chr(b) for b, c in BYTE_TO_CHAR.items()}})
+
+
+def without_surrogates(text: str) -> str:
+    """A Python str may hold lone surrogates (U+D800..U+DFFF): not text, and with no UTF-8 form. The
+    Hugging Face library refuses such a str; tinyinfer reads each as U+FFFD, the replacement character."""
+    return _SURROGATE.sub("\ufffd", text)
 
 
 def spell_bytes(data: bytes) -> str:

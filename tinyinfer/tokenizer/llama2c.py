@@ -24,7 +24,8 @@ import regex
 
 from tinyinfer.errors import TinyInferError
 from tinyinfer.tokenizer.bpe import Pair, apply_merges
-from tinyinfer.tokenizer.tokenizer import SURROGATE, Tokenizer
+from tinyinfer.tokenizer.byte_level import without_surrogates
+from tinyinfer.tokenizer.tokenizer import Tokenizer
 
 BYTE_PIECE = regex.compile(rb"<0x([0-9A-Fa-f]{2})>")
 UNK_ID, BOS_ID, EOS_ID = 0, 1, 2
@@ -83,7 +84,7 @@ class Llama2cTokenizer(Tokenizer):
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         if not isinstance(text, str):
             raise TinyInferError(f"encode takes a str, got {type(text).__name__}; decode bytes to str first")
-        text = SURROGATE.sub("\ufffd", text)
+        text = without_surrogates(text)
         symbols = [] if not text or self.dummy_prefix is None else [self.dummy_prefix]
         for char in text:
             piece = char.encode("utf-8")

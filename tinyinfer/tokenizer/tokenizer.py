@@ -21,17 +21,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import regex
-
 from tinyinfer.errors import TinyInferError
 from tinyinfer.tokenizer.added_tokens import AddedToken, AddedTokenMatcher
 from tinyinfer.tokenizer.bpe import BPE
+from tinyinfer.tokenizer.byte_level import without_surrogates
 from tinyinfer.tokenizer.decoders import BYTE_TOKEN, build_decoder, build_token_bytes, decoder_steps
 from tinyinfer.tokenizer.normalizers import build_normalizer
 from tinyinfer.tokenizer.post_processors import build_post_processor
 from tinyinfer.tokenizer.pre_tokenizers import build_pre_tokenizer
 
-SURROGATE = regex.compile(r"[\ud800-\udfff]")
 # Names that mark beginning / end of sequence, used when no tokenizer_config.json says which ids they are.
 BOS_NAMES = ("<s>", "<|begin_of_text|>", "<|startoftext|>", "<bos>", "[BOS]")
 EOS_NAMES = ("</s>", "<|endoftext|>", "<|end_of_text|>", "<eos>", "[EOS]")
@@ -114,7 +112,7 @@ class Tokenizer:
         """Token ids of `text`; add_special_tokens adds what the post-processor says (e.g. BOS)."""
         if not isinstance(text, str):
             raise TinyInferError(f"encode takes a str, got {type(text).__name__}; decode bytes to str first")
-        text = SURROGATE.sub("\ufffd", text)
+        text = without_surrogates(text)
         ids: list[int] = []
         for i, piece in enumerate(self.raw_added.split(text)):
             if isinstance(piece, int):

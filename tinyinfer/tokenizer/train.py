@@ -25,7 +25,7 @@ from tqdm import tqdm
 
 from tinyinfer.errors import TinyInferError
 from tinyinfer.tokenizer.bpe import Pair, merge
-from tinyinfer.tokenizer.byte_level import GPT2_SPLIT_PATTERN, spell_bytes
+from tinyinfer.tokenizer.byte_level import GPT2_SPLIT_PATTERN, spell_bytes, without_surrogates
 
 
 def learn_merges(chunk_counts: dict[bytes, int], num_merges: int) -> list[Pair]:
@@ -86,6 +86,7 @@ def token_bytes_of(merges: list[Pair]) -> list[bytes]:
 def chunk_counts(text: str, special_tokens: list[str]) -> Counter[bytes]:
     """How often each pre-tokenized chunk occurs, as UTF-8 bytes; special tokens are cut out first so
     no merge ever learns a piece of "<|endoftext|>"."""
+    text = without_surrogates(text)
     pieces = regex.split("|".join(map(regex.escape, special_tokens)), text) if special_tokens else [text]
     pattern = regex.compile(GPT2_SPLIT_PATTERN)
     counts: Counter[str] = Counter()
@@ -96,7 +97,8 @@ def chunk_counts(text: str, special_tokens: list[str]) -> Counter[bytes]:
 
 def byte_level_bpe_spec(text: str, vocab_size: int, special_tokens: list[str]) -> dict:
     """Train on `text` and return the tokenizer.json (as a dict) of a GPT-2-style byte-level BPE tokenizer:
-    ids 0..255 are the bytes, then the merges, then the special tokens (as GPT-2 puts <|endoftext|> last)."""
+    ids 0..255 are the bytes, then the merges, then the special tokens (as GPT-2 puts <|endoftext|> last).
+    A text too small to fill `vocab_size` gives a smaller vocabulary (training stops when no pair is left)."""
     num_merges = vocab_size - 256 - len(special_tokens)
     if num_merges < 0:
         raise TinyInferError(f"vocab_size {vocab_size} is too small: byte-level BPE needs 256 byte tokens plus "
