@@ -51,9 +51,9 @@ def apply_merges(symbols: list[int], lookup: MergeLookup) -> list[int]:
 
     A word of n symbols takes O(n log n): a heap holds rank * n + position of every adjacent pair (one
     int sorts like the tuple (rank, position), and faster), and a linked list of positions lets a merge
-    remove the right symbol in O(1). Heap entries left behind by
-    a merge are recognised as stale when popped (their pair changed) and skipped. A SentencePiece-style
-    tokenizer treats a whole paragraph as one word, so the simple O(n^2) loop would be far too slow.
+    remove the right symbol in O(1). Heap entries left behind by a merge are recognised as stale when
+    popped (their pair changed) and skipped. A SentencePiece-style tokenizer treats a whole paragraph
+    as one word, so the textbook loop (find the best pair, merge, rescan: O(n^2)) would be too slow.
     """
     # BEGIN EXERCISE 1.2: encode one word by replaying merges in rank order
     symbols = list(symbols)
