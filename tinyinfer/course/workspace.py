@@ -80,7 +80,7 @@ def start_workspace(root: Path, dest: Path, chosen: list[Exercise]) -> Path:
         target.write_text(stub_file(target.read_text(encoding="utf-8"), exercises, root), encoding="utf-8")
     state = {"stubbed": [e.id for e in chosen], "source": str(root), "shared_data": str(shared_data_dir(root))}
     (dest / STATE_FILE).write_text(json.dumps(state, indent=2) + "\n", encoding="utf-8")
-    (dest / "README.md").write_text(readme(chosen, root), encoding="utf-8")
+    (dest / "README.md").write_text(readme(chosen, root, dest), encoding="utf-8")
     return dest
 
 
@@ -92,7 +92,7 @@ def read_state(workspace: Path) -> dict:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-def readme(chosen: list[Exercise], root: Path) -> str:
+def readme(chosen: list[Exercise], root: Path, workspace: Path) -> str:
     rows = "\n".join(f"| {e.id} | {e.title} | `{e.path}` line {e.begin} | {chapter_file(root, e.chapter)} |" for e in chosen)
     return f"""# Your tinyinfer workspace
 
@@ -105,10 +105,11 @@ keep the two marker comments.
 |---|---|---|---|
 {rows}
 
-Grade your work from this folder (the tests run against the code here, not the installed tinyinfer):
+Grade your work (the tests run against the code here, not the installed tinyinfer). Run it from outside
+this folder, so that the grader itself is the installed tinyinfer and starts even if your code does not:
 
-    python -m tinyinfer course check --workspace .          # every exercise of this workspace
-    python -m tinyinfer course check 3.1 --workspace .      # one exercise (or `3` for all of chapter 3)
+    python -m tinyinfer course check --workspace {workspace}          # every exercise of this workspace
+    python -m tinyinfer course check 3.1 --workspace {workspace}      # one exercise (or `3` for all of chapter 3)
 
 The table it prints says which exercises pass; the pytest output above it shows why a test failed.
 Start again from scratch with `python -m tinyinfer course start NEW_DIR`.
