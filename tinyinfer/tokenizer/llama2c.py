@@ -45,7 +45,8 @@ def read_tokenizer_bin(path: Path) -> tuple[list[bytes], list[float]]:
             scores.append(score)
             offset += length
     except struct.error as e:
-        raise TinyInferError(f"{path} is not a llama2.c tokenizer.bin ({e}); export it with llama2.c's tokenizer.py") from e
+        raise TinyInferError(f"{path} is not a llama2.c tokenizer.bin ({e}); if it is a model checkpoint, pass the "
+                             "tokenizer.bin beside it, else export one with llama2.c's tokenizer.py") from e
     if len(pieces) < 3:
         raise TinyInferError(f"{path} holds {len(pieces)} tokens; a llama2.c tokenizer.bin starts with <unk>, <s>, </s>")
     return pieces, scores
