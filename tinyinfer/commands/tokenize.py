@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import importlib
 import sys
-from pathlib import Path
 
 from tinyinfer.errors import TinyInferError
 from tinyinfer.tokenizer import Tokenizer
@@ -20,22 +19,23 @@ from tinyinfer.tokenizer import Tokenizer
 
 def add_arguments(parser) -> None:
     parser.add_argument("text", nargs="?", help="the text to tokenize (omit it, or give '-', to read stdin)")
-    parser.add_argument("--model", required=True, help="tokenizer.json, model folder, llama2.c tokenizer.bin, or built-in name")
+    parser.add_argument("--model", default=None, help="tokenizer.json, model folder, llama2.c tokenizer.bin, built-in name "
+                        "or HF repo id (default: the built-in model)")
     parser.add_argument("--no-special", action="store_true", help="do not add BOS/EOS (add_special_tokens=False)")
     parser.add_argument("--max-rows", type=int, default=200, help="print at most this many token rows (the counts cover all)")
 
 
-def load_tokenizer(model: str) -> Tokenizer:
-    """A path as given, else a built-in or hub name through tinyinfer.resolve when that module exists."""
-    if not Path(model).exists():
-        try:
-            resolve = importlib.import_module("tinyinfer.resolve")
-        except ModuleNotFoundError as e:
-            if e.name != "tinyinfer.resolve":
-                raise
-        else:
-            model = resolve.resolve_model(model)
-    return Tokenizer.from_file(model)
+def load_tokenizer(model: str | None) -> Tokenizer:
+    """A path, or a built-in / hub name (None: the built-in model) through tinyinfer.resolve when it exists."""
+    try:
+        resolve = importlib.import_module("tinyinfer.resolve")
+    except ModuleNotFoundError as e:
+        if e.name != "tinyinfer.resolve":
+            raise
+        if model is None:
+            raise TinyInferError("no built-in model in this installation: pass --model PATH") from None
+        return Tokenizer.from_file(model)
+    return Tokenizer.from_file(resolve.resolve_model(model))
 
 
 def shown(data: bytes) -> str:
