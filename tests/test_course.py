@@ -258,10 +258,14 @@ def test_every_marked_exercise_is_graded_for_real(tmp_path):
 
 
 def test_every_exercise_is_listed_in_its_chapter():
+    """The stub message sends the student to chapters/NN-*.md: it must exist and end by listing the exercise."""
     for exercise in find_exercises(ROOT):
         chapters = sorted((ROOT / "chapters").glob(f"{exercise.chapter:02d}-*.md"))
         assert len(chapters) == 1, f"exercise {exercise.id} needs exactly one chapters/{exercise.chapter:02d}-*.md, found {chapters}"
-        assert f"Exercise {exercise.id}" in chapters[0].read_text(), f"{chapters[0].name} does not list Exercise {exercise.id}"
+        text = chapters[0].read_text()
+        assert "## Exercises" in text, f"{chapters[0].name} has no '## Exercises' section"
+        listed = text[text.rindex("## Exercises"):]
+        assert re.search(rf"(?<![\d.]){re.escape(exercise.id)}(?![\d])", listed), f"{chapters[0].name} does not list exercise {exercise.id}"
 
 
 def test_newcomer_path(tmp_path, capsys):
