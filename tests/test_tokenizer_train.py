@@ -7,6 +7,8 @@ from collections import Counter
 
 import pytest
 import regex
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.conftest import shared_data
 from tinyinfer.errors import TinyInferError
@@ -85,3 +87,16 @@ def test_special_tokens_are_never_split_or_learned():
 def test_too_small_vocab_is_a_clear_error():
     with pytest.raises(TinyInferError, match="at least 257"):
         Tokenizer.train("hello", 100, ["<|endoftext|>"])
+
+
+@pytest.fixture(scope="module")
+def small_trained(shakespeare):
+    return Tokenizer.train(shakespeare[:50_000], 400, ["<|endoftext|>", "<|pad|>"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=st.text(max_size=60))
+def test_trained_tokenizer_round_trips_any_text(small_trained, text):
+    ids = small_trained.encode(text)
+    assert small_trained.decode(ids) == text
+    assert b"".join(small_trained.token_bytes(i) for i in ids) == text.encode("utf-8")
