@@ -190,9 +190,16 @@ def test_expert_count_mismatch_names_field_and_tensor(moe_checkpoint, tmp_path):
         tinyinfer.load(_edited(moe_checkpoint("mixtral"), tmp_path, num_local_experts=3))
 
 
-def test_expert_width_mismatch_names_field_and_tensor(moe_checkpoint, tmp_path):
-    with pytest.raises(TinyInferError, match=r"experts\.0\.gate_proj\.weight.*shape \[32, 48\], expected \[16, 48\].*moe_intermediate_size"):
-        tinyinfer.load(_edited(moe_checkpoint("qwen3_moe"), tmp_path, moe_intermediate_size=16))
+@pytest.mark.parametrize("name, edit, message", [
+    ("qwen3_moe", {"moe_intermediate_size": 16},
+     r"experts\.0\.gate_proj\.weight.*shape \[32, 48\], expected \[16, 48\].*moe_intermediate_size"),
+    ("mixtral", {"intermediate_size": 60}, r"experts\.0\.w1\.weight.*shape \[64, 48\], expected \[60, 48\].*intermediate_size"),
+    ("qwen2_moe", {"shared_expert_intermediate_size": 30},
+     r"shared_expert\.gate_proj\.weight.*shape \[40, 48\], expected \[30, 48\].*shared_expert_intermediate_size=30"),
+])
+def test_expert_width_mismatch_names_field_and_tensor(moe_checkpoint, tmp_path, name, edit, message):
+    with pytest.raises(TinyInferError, match=message):
+        tinyinfer.load(_edited(moe_checkpoint(name), tmp_path, **edit))
 
 
 def test_disagreeing_expert_counts_are_rejected(moe_checkpoint, tmp_path):

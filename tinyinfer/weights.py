@@ -154,15 +154,15 @@ def moe_mlp_params(get: Getter, cfg: Config, i: int) -> dict:
         return swiglu_mlp(get, p, cfg.d_model, cfg.d_ff, cfg.mlp_bias)
     if cfg.model_type == "mixtral" and not get.has(f"{p}.experts.gate_up_proj"):
         p = f"model.layers.{i}.block_sparse_moe"
-    d, E, ff = cfg.d_model, cfg.n_experts, cfg.moe_d_ff
-    fields = f"num_experts={E}, hidden_size={d}, expert width {ff} (intermediate_size or moe_intermediate_size)"
+    d, E, ff, shared_ff = cfg.d_model, cfg.n_experts, cfg.moe_d_ff, cfg.shared_expert_d_ff
     try:
         mlp = {"router": linear(get, f"{p}.gate.weight", d, E), "experts": _experts(get, cfg, p)}
-    except TinyInferError as e:
-        raise TinyInferError(f"{e}; config.json says {fields}") from None
-    if cfg.shared_expert_d_ff:
-        mlp["shared"] = swiglu_mlp(get, f"{p}.shared_expert", d, cfg.shared_expert_d_ff)
-        mlp["shared_gate"] = linear(get, f"{p}.shared_expert_gate.weight", d, 1)
+        if shared_ff:
+            mlp["shared"] = swiglu_mlp(get, f"{p}.shared_expert", d, shared_ff)
+            mlp["shared_gate"] = linear(get, f"{p}.shared_expert_gate.weight", d, 1)
+    except TinyInferError as e:  # name the config fields the expected shape came from
+        raise TinyInferError(f"{e}; config.json says num_experts={E}, hidden_size={d}, expert width {ff} "
+                             f"(intermediate_size or moe_intermediate_size), shared_expert_intermediate_size={shared_ff}") from None
     return mlp
 
 
