@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from engine_helpers import stories  # noqa: F401 - a fixture
+from tinyinfer.attention import attention, causal_mask, decode_attention, decode_mask
 from tinyinfer.engine.block_manager import BlockAllocator, block_hash, prefix_hashes
 from tinyinfer.engine.paged_cache import PagedKVCache
 from tinyinfer.errors import TinyInferError
@@ -139,3 +140,18 @@ def test_model_on_paged_cache_matches_contiguous_cache(stories):
     for chunks in steps:
         np.testing.assert_allclose(stories.forward(chunks, paged, all_logits=True),
                                    stories.forward(chunks, contiguous, all_logits=True), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("window", [None, 5])
+def test_batched_decode_attention_equals_attention_per_sequence(window):
+    """Many sequences of different lengths, one query each, padded together: the same as one at a time."""
+    rng = np.random.default_rng(2)
+    n_heads, n_kv, hd, lengths = 6, 2, 4, np.array([3, 9, 1, 7])
+    L = 12  # padded length, past every sequence's end
+    q = rng.standard_normal((len(lengths), n_heads, hd)).astype(np.float32)
+    k = rng.standard_normal((n_kv, len(lengths), L, hd)).astype(np.float32)
+    v = rng.standard_normal((n_kv, len(lengths), L, hd)).astype(np.float32)
+    batched = decode_attention(q, k, v, decode_mask(lengths, L, window))
+    for b, n in enumerate(lengths):
+        alone = attention(q[b:b + 1], k[:, b, :n], v[:, b, :n], causal_mask(1, n - 1, window))
+        np.testing.assert_allclose(batched[b:b + 1], alone, rtol=1e-6, atol=1e-6)

@@ -29,6 +29,9 @@ from tinyinfer.norms import apply_norm, rms_norm
 from tinyinfer.rope import apply_rope, inv_frequencies, rope_angles
 
 
+DECODE_GROUPS = 4  # batched decode attention: groups of similar length, each padded to its own longest
+
+
 @dataclass
 class SeqChunk:
     """New tokens of sequence `seq_id`; the first is at position `start` (= tokens already cached)."""
@@ -89,9 +92,10 @@ class Model:
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         out = self.xp.empty((T, cfg.n_heads * cfg.head_dim), dtype=q.dtype)  # [T, H*hd]
         first_rows = np.cumsum([0] + [len(c.tokens) for c in chunks])  # row of each chunk's first token
-        batched = _batched_decodes(chunks, cache)
-        if batched:
-            self.decode_block(i, [chunks[j] for j in batched], first_rows[batched], q, k, v, out, cache)
+        groups = _decode_groups(chunks, cache)
+        for group in groups:
+            self.decode_block(i, [chunks[j] for j in group], first_rows[group], q, k, v, out, cache)
+        batched = {j for group in groups for j in group}
         for j, chunk in enumerate(chunks):
             if j in batched:
                 continue
@@ -169,13 +173,18 @@ def _qk_norm(x, weight, cfg: Config):
     return rms_norm(x, weight, cfg.norm_eps)
 
 
-def _batched_decodes(chunks: list[SeqChunk], cache) -> list[int]:
-    """Indices of the one-token chunks to attend as one batch: only when there are several and the cache
-    can read many sequences at once (`read_batch`); otherwise none, and every chunk takes the loop."""
-    if not hasattr(cache, "read_batch"):
+def _decode_groups(chunks: list[SeqChunk], cache) -> list[list[int]]:
+    """Indices of the one-token chunks to attend in batches, when the cache can read many sequences at once
+    (`read_batch`) and there are several; otherwise none, and every chunk takes the loop.
+
+    A batch is padded to its longest sequence, so the chunks are sorted by length and cut into a few groups
+    of similar lengths: short sequences then do not pay for the padding of long ones.
+    """
+    decodes = sorted((j for j, c in enumerate(chunks) if len(c.tokens) == 1), key=lambda j: chunks[j].start)
+    if len(decodes) < 2 or not hasattr(cache, "read_batch"):
         return []
-    decodes = [j for j, c in enumerate(chunks) if len(c.tokens) == 1]
-    return decodes if len(decodes) > 1 else []
+    size = -(-len(decodes) // DECODE_GROUPS)
+    return [decodes[g:g + size] for g in range(0, len(decodes), size)]
 
 
 def _linear(x, layer: dict, name: str):
