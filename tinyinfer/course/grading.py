@@ -82,7 +82,8 @@ def run_exercise_tests(workspace: Path, ids: list[str], targets: list[str] | Non
         env["PYTHONPATH"] = os.pathsep.join([str(workspace)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
         env[REPORT_ENV] = str(report_path)
         env.setdefault(SHARED_DATA_ENV, state["shared_data"])
-        command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--tb=short", "-rfE"]
+        # A test file that cannot be imported (a syntax error in your code, say) must not stop the others.
+        command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--tb=short", "-rfE", "--continue-on-collection-errors"]
         command += ["-x"] if first_failure else []
         command += [f"--exercise={i}" for i in ids] + (targets or exercise_test_files(workspace) or ["tests"])
         process = subprocess.Popen(command, cwd=workspace, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
