@@ -26,7 +26,7 @@ from tinyinfer.errors import TinyInferError
 SUBSETS = sorted(p.stem for p in (SHARED_DATA / "jsonschema").glob("*.jsonl"))
 PER_SUBSET = 3  # schemas sampled per subset (the bench compiles them all)
 SEEDS = 3
-MAX_TOKENS = 500
+MAX_TOKENS = 256
 SMALL_VOCAB = 2048
 
 

@@ -19,8 +19,9 @@ The parser runs the network like a pushdown automaton that follows every possibi
 The closure after each byte follows epsilon edges, enters called rules (pushing the return state), and
 pops back to the parent when a rule ends. An ambiguous grammar simply keeps several stacks.
 
-`local_view(state)` supports the mask cache (mask.py): it re-roots every stack on a numbered placeholder,
-so states that differ only *below* the current rule (a JSON string at depth 1 or depth 5) share one view.
+`local_view(state)` supports the mask cache (mask.py): it keeps the top VIEW_DEPTH frames of every stack
+and re-roots them on a numbered placeholder, so states that differ only *below* those rules (a JSON string
+at depth 1 or depth 5) share one view.
 Popping into a placeholder marks the resulting state as `escaped`: what follows depends on the context
 the view forgot, and the mask layer asks the full state instead.
 """
@@ -32,6 +33,7 @@ from tinyinfer.constrain.automaton import Network
 DEAD = -1  # step() result when the byte cannot extend a valid prefix
 ACCEPT = 0  # stack node id: popping into it means the root rule has ended
 _ACCEPT_MARK = -1  # network "state" of the ACCEPT node; placeholders use -2, -3, ...
+VIEW_DEPTH = 2  # stack frames a local view keeps: a character rule inside a string rule, for instance
 
 
 class ByteParser:
@@ -154,16 +156,23 @@ class ByteParser:
         return cached
 
     def local_view(self, state: int) -> int:
-        """The state with every stack's parent replaced by a placeholder, numbered in a fixed order."""
+        """The state with each stack cut below its top VIEW_DEPTH frames and re-rooted on a placeholder
+        (numbered in a fixed order), so the same rules reached from different callers share one view."""
         view = self._local_views.get(state)
         if view is None:
-            parents: dict[int, int] = {}
+            cuts: dict[int, int] = {}
             nodes = set()
             for node in sorted(self._state_nodes[state], key=lambda n: self._nodes[n]):
-                net_state, parent = self._nodes[node]
-                if net_state >= 0:
-                    k = parents.setdefault(parent, len(parents))
-                    nodes.add(self._node(net_state, self._placeholder(k)))
+                frames, cut = [], node
+                while len(frames) < VIEW_DEPTH and self._nodes[cut][0] >= 0:
+                    frames.append(self._nodes[cut][0])
+                    cut = self._nodes[cut][1]
+                if not frames:  # the ACCEPT marker: the full state handles EOS
+                    continue
+                rebuilt = self._placeholder(cuts.setdefault(cut, len(cuts)))
+                for net_state in reversed(frames):
+                    rebuilt = self._node(net_state, rebuilt)
+                nodes.add(rebuilt)
             view = self._local_views[state] = self._intern(frozenset(nodes)) if nodes else DEAD
         return view
 
