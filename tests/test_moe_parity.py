@@ -21,6 +21,7 @@ import torch
 from safetensors.torch import save_file
 
 import tinyinfer
+from tinyinfer.backend import cuda_available
 from tinyinfer.errors import TinyInferError
 from tinyinfer.model import Model, SeqChunk, _map_arrays
 from tinyinfer.moe import track_routing
@@ -287,3 +288,17 @@ def test_builtin_shakespeare_moe_matches_transformers():
     np.testing.assert_allclose(model.logits(ids), hf_logits(folder, ids), rtol=0, atol=LOGITS_ATOL)
     result = model.generate(ids, max_tokens=32, temperature=0.0, ignore_eos=True)
     assert list(result.token_ids) == hf_greedy(folder, ids, 32)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not cuda_available(), reason="needs CuPy and an NVIDIA GPU")
+@pytest.mark.parametrize("name", ["mixtral_16_experts", "qwen2_moe", "olmoe"])
+def test_gpu_moe_logits_and_routing_match_cpu(moe_checkpoint, name):
+    """The same routing and dispatch on CuPy: logits within 1e-4 of the CPU, identical expert loads."""
+    folder, ids = moe_checkpoint(name), prompt_ids(20, seed=12)
+    cpu, gpu = tinyinfer.load(folder), tinyinfer.load(folder, device="cuda")
+    cpu_stats, gpu_stats = track_routing(cpu), track_routing(gpu)
+    np.testing.assert_allclose(gpu.logits(ids), cpu.logits(ids), rtol=0, atol=LOGITS_ATOL)
+    assert (gpu_stats.tokens == cpu_stats.tokens).all()
+    assert gpu.generate(ids, max_tokens=16, temperature=0.0, ignore_eos=True).token_ids == \
+        cpu.generate(ids, max_tokens=16, temperature=0.0, ignore_eos=True).token_ids
