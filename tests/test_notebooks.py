@@ -7,6 +7,7 @@ that raises fails the test, and the message shows that cell and its traceback.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ nbclient = pytest.importorskip("nbclient")
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 KERNEL = "python3"
+ANSI_COLOUR = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def execute(path: Path, timeout: int = 240) -> None:
@@ -28,10 +30,13 @@ def execute(path: Path, timeout: int = 240) -> None:
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
 def test_notebook_runs_top_to_bottom(path):
+    failure = None
     try:
         execute(path)
     except nbclient.exceptions.CellExecutionError as e:
-        pytest.fail(f"{path.name}: a cell failed\n{e}", pytrace=False)
+        failure = ANSI_COLOUR.sub("", str(e))  # the failing cell's source and its traceback, without colour codes
+    if failure:
+        pytest.fail(f"{path.name}: a cell failed\n{failure}", pytrace=False)
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
