@@ -149,6 +149,7 @@ def string_not_in(names: list[str]) -> object:
 # ---------------------------------------------------------------- numbers
 def _same_length_range(lo: str, hi: str) -> object:
     """Digit strings of equal length between lo and hi inclusive: ('13', '29') -> 1[3-9] | 2[0-9]."""
+    # BEGIN EXERCISE 8.3: digit patterns for an integer range
     if lo == hi:
         return Literal(lo)
     if len(lo) == 1:
@@ -164,6 +165,7 @@ def _same_length_range(lo: str, hi: str) -> object:
         options.append(seq(middle, Repeat(CharClass(((48, 57),)), rest, rest)))
     options.append(seq(Literal(hi[0]), _same_length_range("0" * rest, hi[1:])))
     return alt(*options)
+    # END EXERCISE 8.3
 
 
 def natural_range(lo: int, hi: int | None) -> object:
