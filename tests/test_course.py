@@ -212,6 +212,17 @@ def test_workspace_is_graded_against_its_own_copy(toy_project, tmp_path):
     assert grade.all_passed and "score: 2/2 exercises passed" in grade.table()
 
 
+def test_grading_refuses_tests_that_import_another_tinyinfer(toy_project, tmp_path):
+    """If the tests end up importing some other copy of tinyinfer, the grade would be about that copy."""
+    other = tmp_path / "elsewhere"
+    shutil.copytree(toy_project / "tinyinfer", other / "tinyinfer")
+    conftest = toy_project / "tests" / "conftest.py"
+    conftest.write_text(f"import sys\nsys.path.insert(0, {str(other)!r})\n" + conftest.read_text())
+    workspace = start_workspace(toy_project, tmp_path / "ws", [])
+    with pytest.raises(TinyInferError, match="imported tinyinfer from .*elsewhere"):
+        grade_workspace(workspace, find_exercises(workspace)[:1])
+
+
 def test_workspace_must_be_new_and_outside_the_project(toy_project, tmp_path):
     (tmp_path / "used").mkdir()
     (tmp_path / "used" / "notes.txt").write_text("mine")
@@ -268,6 +279,7 @@ def test_every_exercise_is_listed_in_its_chapter():
         assert re.search(rf"(?<![\d.]){re.escape(exercise.id)}(?![\d])", listed), f"{chapters[0].name} does not list exercise {exercise.id}"
 
 
+@pytest.mark.slow  # grades exercise 1.1 twice, with its real (hypothesis and training) tests
 def test_newcomer_path(tmp_path, capsys):
     """course start, course check fails on the stub, the reference body makes it pass."""
     exercises = find_exercises(ROOT)
