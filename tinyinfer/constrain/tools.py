@@ -1,0 +1,78 @@
+"""Tool calling: constrain a reply to a call of one of the offered tools, and read the call back.
+
+Tools come in the OpenAI format:
+
+    tools = [{"type": "function", "function": {"name": "get_weather", "description": "...",
+              "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                             "required": ["city"]}}}]
+
+The call grammar is the JSON Schema `anyOf` of one object per tool, `{"name": <its name>, "arguments":
+<its parameters>}`, so the name picks the branch and the arguments follow that tool's schema:
+
+    tool_call_grammar(tools)   derives  {"name":"get_weather","arguments":{"city":"Paris"}}
+    parse_tool_calls('{"name":"get_weather","arguments":{"city":"Paris"}}', tools)
+    -> ("", [{"id": "call_0", "type": "function",
+              "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'}}])
+
+With `allow_text=True` the model may instead answer in plain text (any reply that does not start with `{`).
+"""
+
+from __future__ import annotations
+
+import json
+
+from tinyinfer.constrain.grammar import ANY_CHAR, EMPTY, CharClass, Grammar, Ref, Repeat, alt, seq
+from tinyinfer.constrain.json_schema import schema_to_grammar
+from tinyinfer.errors import TinyInferError
+
+EMPTY_PARAMETERS = {"type": "object", "properties": {}}
+
+
+def tool_functions(tools: list[dict]) -> dict[str, dict]:
+    """name -> parameters schema, from OpenAI-style tools (or bare {"name", "parameters"} entries)."""
+    functions: dict[str, dict] = {}
+    for i, tool in enumerate(tools):
+        function = tool.get("function", tool) if isinstance(tool, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise TinyInferError(f"tool {i} has no name; write {{'type': 'function', 'function': {{'name': ...}}}}")
+        if function["name"] in functions:
+            raise TinyInferError(f"two tools are named {function['name']!r}; tool names must be unique")
+        functions[function["name"]] = function.get("parameters", EMPTY_PARAMETERS)
+    if not functions:
+        raise TinyInferError("no tools given; pass at least one tool to constrain a tool call")
+    return functions
+
+
+def tool_call_schema(tools: list[dict]) -> dict:
+    """The JSON Schema of one call: {"name": one of the tools, "arguments": that tool's parameters}."""
+    branches = [{"type": "object", "properties": {"name": {"const": name}, "arguments": parameters},
+                 "required": ["name", "arguments"], "additionalProperties": False}
+                for name, parameters in tool_functions(tools).items()]
+    return branches[0] if len(branches) == 1 else {"anyOf": branches}
+
+
+def tool_call_grammar(tools: list[dict], allow_text: bool = False) -> Grammar:
+    """Grammar of a tool call, or (allow_text) of a call or a plain-text reply not starting with '{'."""
+    grammar = schema_to_grammar(tool_call_schema(tools))
+    if allow_text:
+        grammar.rules["tool-call"] = grammar.rules["root"]
+        text = seq(CharClass(((ord("{"), ord("{")),), negated=True), Repeat(ANY_CHAR, 0, None))
+        grammar.rules["root"] = alt(Ref("tool-call"), text, EMPTY)
+    return grammar
+
+
+def parse_tool_calls(text: str, tools: list[dict]) -> tuple[str, list[dict]]:
+    """(content, tool_calls) from generated text: a call becomes OpenAI's tool_calls entry, text stays text."""
+    functions = tool_functions(tools)
+    stripped = text.strip()
+    if not stripped.startswith("{"):
+        return text, []
+    try:
+        call = json.loads(stripped)
+    except json.JSONDecodeError as e:
+        raise TinyInferError(f"the reply starts like a tool call but is not JSON ({e}); was it cut by max_tokens?") from None
+    if not isinstance(call, dict) or call.get("name") not in functions or not isinstance(call.get("arguments"), dict):
+        raise TinyInferError(f"the reply is not a call of one of the tools {sorted(functions)}: {stripped[:80]}")
+    entry = {"id": "call_0", "type": "function",
+             "function": {"name": call["name"], "arguments": json.dumps(call["arguments"], ensure_ascii=False)}}
+    return "", [entry]
