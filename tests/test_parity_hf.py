@@ -59,6 +59,22 @@ def test_logits_match_transformers_at_every_position(variant):
     np.testing.assert_allclose(ours, theirs, rtol=0, atol=LOGITS_ATOL)
 
 
+@pytest.mark.parametrize("arch, overrides", [
+    ("gpt2", {"n_positions": 512}),
+    ("llama", {"max_position_embeddings": 512, "num_key_value_heads": 2}),
+    ("llama", {"max_position_embeddings": 512, "rope_parameters": make_tiny_models._LLAMA3_ROPE}),
+    ("qwen2", {"max_position_embeddings": 512, "num_key_value_heads": 2}),
+    ("mistral", {"max_position_embeddings": 512, "sliding_window": 100}),
+])
+def test_logits_match_transformers_on_a_long_prompt(arch, overrides, tmp_path):
+    """Position-dependent arithmetic (RoPE angles, learned positions, windows) must agree far from position 0 too.
+    transformers forms RoPE angles in float32 (inv_freq from a float32 exponent, then a float32 product with the
+    position); any other rounding drifts with the position: ~1e-5 at 20 tokens, 1-2e-4 here, 5e-4 at 1000."""
+    folder = make_tiny_models.build_tiny_checkpoint(arch, tmp_path / arch, **overrides)
+    ids = prompt_ids(300, seed=7)
+    np.testing.assert_allclose(tinyinfer.load(folder).logits(ids), hf_logits(folder, ids), rtol=0, atol=LOGITS_ATOL)
+
+
 def test_cached_decode_equals_full_recompute(variant):
     """Prefill 6 tokens, then a 5-token chunk at position 6, then one token at a time."""
     _, model = variant
