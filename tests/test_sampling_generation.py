@@ -272,3 +272,38 @@ def _feeder(lines):
             raise EOFError from None
 
     return fake_input
+
+
+@pytest.fixture
+def structured_output():
+    constrain = pytest.importorskip("tinyinfer.constrain")
+    if not hasattr(constrain, "build_constraint"):
+        pytest.skip("tinyinfer.constrain.build_constraint is not there yet")
+
+
+def test_cli_choice_and_regex_constrain_every_sample(structured_output, tiny_checkpoint, capsys):
+    from tinyinfer.cli import main
+
+    folder = str(tiny_checkpoint("llama"))
+    assert main(["generate", "--model", folder, "Once", "--choice", "yes", "--choice", "no way", "-n", "4",
+                 "--temperature", "1.5", "--seed", "0", "--max-tokens", "20"]) == 0
+    answers = [line for line in capsys.readouterr().out.splitlines() if not line.startswith("---")]
+    assert len(answers) == 4 and set(answers) <= {"yes", "no way"}
+    assert main(["generate", "--model", folder, "Once", "--regex", "[a-c]{2}-[0-9]{3}", "--temperature", "1.5",
+                 "--seed", "1", "--max-tokens", "20"]) == 0
+    assert __import__("re").fullmatch("[a-c]{2}-[0-9]{3}", capsys.readouterr().out.strip())
+
+
+def test_cli_json_schema_output_validates(structured_output, tiny_checkpoint, tmp_path, capsys):
+    jsonschema = pytest.importorskip("jsonschema")
+    from tinyinfer.cli import main
+
+    schema = {"type": "object", "additionalProperties": False, "required": ["name", "age"],
+              "properties": {"name": {"type": "string", "maxLength": 4}, "age": {"type": "integer", "minimum": 0,
+                                                                                "maximum": 120}}}
+    (tmp_path / "schema.json").write_text(json.dumps(schema))
+    assert main(["generate", "--model", str(tiny_checkpoint("llama")), "Once", "--json-schema",
+                 str(tmp_path / "schema.json"), "--temperature", "1.0", "--seed", "3", "--max-tokens", "80"]) == 0
+    out = capsys.readouterr()
+    assert "(eos)" in out.err  # the grammar completed, then only EOS was allowed
+    jsonschema.validate(json.loads(out.out), schema)

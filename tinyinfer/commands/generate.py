@@ -70,7 +70,8 @@ def add_constraint_arguments(parser) -> None:
     """--json-schema FILE | --json | --regex R | --choice X (repeatable): structured output."""
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--json-schema", metavar="FILE", help="output must be JSON valid against this JSON Schema")
-    group.add_argument("--json", action="store_true", help="output must be a JSON value")
+    group.add_argument("--json", nargs="?", const="object", choices=["object", "value"],
+                       help="output must be a JSON object (or, with --json value, any JSON value)")
     group.add_argument("--regex", metavar="R", help="output must match this regular expression")
     group.add_argument("--choice", action="append", metavar="X", help="output must be one of these strings; repeatable")
 
@@ -84,22 +85,16 @@ def sampling_overrides(args) -> dict:
 
 def constraint_factory(args, model):
     """A function building a fresh constraint per sample from the constraint flags, or None."""
-    chosen = [(kind, getattr(args, kind, None)) for kind in CONSTRAINT_KINDS if getattr(args, kind, None)]
+    chosen = [(kind, getattr(args, kind, None)) for kind in CONSTRAINT_KINDS if getattr(args, kind, None) is not None]
     if not chosen:
         return None
     kind, spec = chosen[0]
-    spec = None if kind == "json" else spec  # --json is a flag: any JSON value, no spec
-    if kind == "json_schema":
-        path = Path(spec)
-        if not path.is_file():
-            raise TinyInferError(f"--json-schema {spec}: no such file; give the path of a JSON Schema file")
-        spec = path.read_text(encoding="utf-8")
+    spec = Path(spec) if kind == "json_schema" else spec  # a path, read by build_constraint
     if model.tokenizer is None:
         raise TinyInferError("structured output needs the model's tokenizer: load a model that has one")
     from tinyinfer.constrain import build_constraint  # noqa: PLC0415
     from tinyinfer.generation import eos_ids  # noqa: PLC0415
 
-    build_constraint(kind, spec, model.tokenizer, sorted(eos_ids(model)))  # fail fast on a bad spec
     return lambda: build_constraint(kind, spec, model.tokenizer, sorted(eos_ids(model)))
 
 
