@@ -298,6 +298,8 @@ def test_newcomer_path(tmp_path, capsys):
     assert "score: 1/1 exercises passed" in capsys.readouterr().out
 
 
-def test_check_names_a_missing_workspace(tmp_path, capsys):
+def test_check_names_a_missing_workspace_and_bad_ids(tmp_path, capsys):
     assert main(["course", "check", "--workspace", str(tmp_path)]) == 1
     assert "is not a course workspace" in capsys.readouterr().err
+    assert main(["course", "check", "three", "--workspace", str(tmp_path)]) == 1
+    assert "'three' is neither an exercise id (like 3.1) nor a chapter number (like 3)" in capsys.readouterr().err

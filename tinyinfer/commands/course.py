@@ -11,7 +11,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from tinyinfer.course.exercises import chapter_file, find_exercises, parse_id, select_exercises
+from tinyinfer.course.exercises import chapter_file, find_exercises, select_exercises, split_selection
 from tinyinfer.course.grading import grade_workspace
 from tinyinfer.course.verify import table, verify_exercises
 from tinyinfer.course.workspace import project_root, read_state, start_workspace
@@ -60,8 +60,7 @@ def run_start(args) -> int:
 
 def run_check(args) -> int:
     exercises = find_exercises(args.workspace)
-    ids = [i for i in args.ids if "." in i]
-    chapters = [parse_id(f"{i}.0")[0] for i in args.ids if "." not in i]
+    ids, chapters = split_selection(args.ids)
     if not args.ids:  # what was stubbed at start, or everything when nothing was
         ids = read_state(args.workspace)["stubbed"] or [e.id for e in exercises]
     chosen = select_exercises(exercises, ids, chapters)

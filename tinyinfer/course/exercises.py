@@ -128,6 +128,14 @@ def _comments(source: str, path: Path):
         raise TinyInferError(f"cannot read {path} as Python ({e}): fix the syntax error first") from e
 
 
+def split_selection(items: list[str]) -> tuple[list[str], list[int]]:
+    """Exercise ids and chapter numbers, as typed after `course check`: ["3.1", "4"] -> (["3.1"], [4])."""
+    for item in items:
+        if not re.fullmatch(r"\d+(\.\d+)?", item):
+            raise TinyInferError(f"{item!r} is neither an exercise id (like 3.1) nor a chapter number (like 3)")
+    return [i for i in items if "." in i], [int(i) for i in items if "." not in i]
+
+
 def select_exercises(exercises: list[Exercise], ids=(), chapters=()) -> list[Exercise]:
     """The exercises named by id ("3.1") or by chapter (3); all of them when nothing is named."""
     ids, chapters = list(ids), [int(c) for c in chapters]
