@@ -36,6 +36,8 @@ def _import_script(path: Path):
 make_tiny_models = _import_script(ROOT / "weights_scripts" / "make_tiny_models.py")
 VARIANTS = make_tiny_models.VARIANTS
 transformers.utils.logging.disable_progress_bar()
+# These models are tiny: thread start-up and contention cost more than the products (~10x on 2 busy cores).
+torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")
