@@ -306,6 +306,7 @@ def test_logprobs_are_the_raw_distribution_with_top_n():
         ({"frequency_penalty": -3}, "frequency_penalty"),
         ({"max_tokens": 0}, "max_tokens"),
         ({"stop": ["ok", ""]}, "stop"),
+        ({"stop": 5}, "stop"),
         ({"logprobs": -1}, "logprobs"),
         ({"n": 0}, "n"),
         ({"seed": -5}, "seed"),
@@ -323,6 +324,8 @@ def test_edge_values_are_accepted():
     SamplingParams(temperature=0, top_p=1.0, min_p=1.0, top_k=0, presence_penalty=-2, frequency_penalty=2, logprobs=0)
     assert SamplingParams(stop="###").stop == ["###"]
     assert SamplingParams(logit_bias={"5": -100}).logit_bias == {5: -100.0}
+    none = SamplingParams(stop=None, stop_token_ids=None, logit_bias=None)
+    assert (none.stop, none.stop_token_ids, none.logit_bias) == ([], [], {})
 
 
 def test_validate_for_rejects_ids_outside_the_vocabulary():

@@ -78,7 +78,7 @@ class SamplingParams:
         self.max_tokens = _integer("max_tokens", self.max_tokens, 1, "must be an integer >= 1")
         self.stop = _stop_strings(self.stop)
         self.stop_token_ids = [
-            _integer("stop_token_ids", i, 0, "must hold token ids (integers >= 0)") for i in self.stop_token_ids
+            _integer("stop_token_ids", i, 0, "must hold token ids (integers >= 0)") for i in self.stop_token_ids or []
         ]
         if self.seed is not None:
             self.seed = _integer("seed", self.seed, 0, "must be an integer >= 0, or None for a random seed")
@@ -160,6 +160,8 @@ def _integer(name, value, low, allowed) -> int:
 
 
 def _logit_bias(bias) -> dict[int, float]:
+    if bias is None:
+        return {}
     if not isinstance(bias, dict):
         raise TinyInferError(f"logit_bias={bias!r} is invalid: give a dict mapping token id -> bias in [-100, 100]")
     checked = {}
@@ -174,6 +176,10 @@ def _logit_bias(bias) -> dict[int, float]:
 
 
 def _stop_strings(stop) -> list[str]:
+    if stop is None:
+        return []
+    if not isinstance(stop, (str, list, tuple)):
+        raise TinyInferError(f"stop={stop!r} is invalid: give a string or a list of non-empty strings")
     stop = [stop] if isinstance(stop, str) else list(stop)
     for s in stop:
         if not isinstance(s, str) or not s:
