@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
+
 import numpy as np
 import pytest
 
+from conftest import shared_data
 from engine_helpers import assert_same_as_solo, random_prompt, solo, stories  # noqa: F401 - stories is a fixture
+from tinyinfer.bench import serve
 from tinyinfer.engine import LLM
 from tinyinfer.errors import TinyInferError
 from tinyinfer.sampling import SamplingParams
@@ -215,3 +219,16 @@ def test_n_samples_of_one_request_equal_the_solo_samples(stories):
     assert [out.index for out in samples] == [0, 1, 2]
     assert [out.token_ids for out in samples] == [r.token_ids for r in want]
     assert len({tuple(out.token_ids) for out in samples}) > 1  # three different draws
+
+
+def test_bench_serve_runs_all_modes_and_finds_the_same_tokens(capsys):
+    parser = argparse.ArgumentParser()
+    serve.add_arguments(parser)
+    args = parser.parse_args(["--model", str(shared_data("models/stories260K/stories260K.bin")), "--requests", "6",
+                              "--concurrency", "4", "--prompt-len", "8:24", "--output-len", "2:8",
+                              "--prefix-len", "40", "--prefix-requests", "3", "--block-size", "8"])
+    assert serve.run(args) == 0
+    out = capsys.readouterr().out
+    for line in ("sequential", "static batching", "continuous batching", "same tokens in all three modes: yes",
+                 "held / live tokens need", "shared prefix of 40 tokens"):
+        assert line in out
