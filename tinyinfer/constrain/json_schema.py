@@ -191,12 +191,12 @@ class _Compiler:
             except TinyInferError as e:
                 raise schema_error(path + "/pattern", str(e)) from None
         if constrained:
-            return format_expr(fmt)
+            return self.shared(f"format-{fmt}", lambda: format_expr(fmt))
         if hi is not None and hi < lo:
             raise schema_error(path, f"maxLength {hi} < minLength {lo}")
         if lo == 0 and hi is None:
             return Ref("json-string")
-        return quoted(Repeat(Ref("json-char"), lo, hi))
+        return self.shared(f"string-{lo}-{hi}", lambda: quoted(Repeat(Ref("json-char"), lo, hi)))
 
     def integer(self, schema: dict, path: str):
         lo, lo_open, hi, hi_open = _bounds(schema, path)
@@ -288,7 +288,8 @@ class _Compiler:
             required_flags.append(key in required)
         extra_expr = None
         if extra is not False:
-            extra_expr = seq(string_not_in(list(props)), Literal(":"), self.expr(extra, f"{path}/additionalProperties"))
+            value = self.expr(extra, f"{path}/additionalProperties")
+            extra_expr = self._object_rule(seq(string_not_in(list(props)), Literal(":"), value))
         lo, hi = schema.get("minProperties", 0), schema.get("maxProperties")
         nonempty = lo > sum(required_flags)  # satisfiable by a grammar only for minProperties: 1
         if (nonempty and lo > 1) or (hi is not None and (extra_expr is not None or hi < len(entries))):
@@ -298,6 +299,12 @@ class _Compiler:
         if body is None:
             raise schema_error(path, "minProperties: 1 but no property is allowed")
         return seq(Literal("{"), body, Literal("}"))
+
+    def shared(self, name: str, build) -> Ref:
+        """A rule built once and called wherever it recurs (one `maxLength: 1024` string, not fifty)."""
+        if name not in self.rules:
+            self.rules[name] = build()
+        return Ref(name)
 
     def _object_rule(self, expr) -> Ref:
         """Share an object's tail as a named rule (keeps optional properties linear in size)."""
@@ -329,7 +336,7 @@ def _comma_list(elements: list, rest, lo: int, hi: int | None):
 def _object_body(entries: list, required: list[bool], extra, nonempty: bool, rule):
     """Properties in order (required ones always), then extra properties; commas between."""
     n = len(entries)
-    extras_after = EMPTY if extra is None else Repeat(seq(Literal(","), extra), 0, None)
+    extras_after = EMPTY if extra is None else rule(Repeat(seq(Literal(","), extra), 0, None))
     after = [None] * (n + 1)  # after[i]: properties i.. once something has been written
     after[n] = extras_after
     for i in range(n - 1, -1, -1):

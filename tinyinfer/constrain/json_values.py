@@ -45,6 +45,8 @@ json-hex4         ::= [0-9a-cA-Ce-fE-F] json-hex{3} | [dD] [0-7] json-hex{2}
 json-high         ::= [dD] [89abAB] json-hex{2}
 json-low          ::= [dD] [c-fC-F] json-hex{2}
 json-hex          ::= [0-9a-fA-F]
+json-non-ascii    ::= [^\x00-\x7F]
+json-escape       ::= "\\" (["\\bfnrt] | "u00" [01] json-hex)   # the escapes of " \ and controls
 json-integer      ::= "-"? json-natural
 json-natural      ::= "0" | [1-9] [0-9]*
 json-number       ::= json-integer ("." [0-9]+)? ([eE] [-+]? [0-9]+)?
@@ -105,7 +107,10 @@ def json_content(expr) -> object:
         ranges = class_code_points(expr)
         plain = subtract_ranges(ranges, _JSON_SPECIAL)
         specials = subtract_ranges(ranges, subtract_ranges(ranges, _JSON_SPECIAL))  # ranges ∩ specials
-        escaped = [Literal(json_encode_char(cp)) for lo, hi in specials for cp in range(lo, hi + 1)]
+        if specials == _JSON_SPECIAL:  # all of them: one shared rule instead of 34 literals
+            escaped = [Ref("json-escape")]
+        else:
+            escaped = [Literal(json_encode_char(cp)) for lo, hi in specials for cp in range(lo, hi + 1)]
         options = ([CharClass(plain)] if plain else []) + escaped
         return alt(*options) if options else CharClass(())
     if isinstance(expr, Seq):
@@ -138,7 +143,12 @@ def string_not_in(names: list[str]) -> object:
     def rest(node: dict) -> object:
         chars = [ch for ch in node if ch is not None]
         options = [] if None in node else [EMPTY]
-        differs = json_content(CharClass(normalize_ranges((ord(c), ord(c)) for c in chars), negated=True))
+        excluded = CharClass(normalize_ranges((ord(c), ord(c)) for c in chars), negated=True)
+        if all(0x20 <= ord(c) < 0x80 and c not in '"\\' for c in chars):  # share rules: a smaller network
+            ascii_part = CharClass(tuple((lo, min(hi, 0x7F)) for lo, hi in class_code_points(excluded) if lo < 0x80))
+            differs = alt(json_content(ascii_part), Ref("json-non-ascii"))
+        else:
+            differs = json_content(excluded)
         options.append(seq(differs, Repeat(Ref("json-char"), 0, None)))
         options += [seq(Literal(json_encode_char(ord(ch))), rest(node[ch])) for ch in chars]
         return alt(*options)

@@ -1,0 +1,295 @@
+"""`tinyinfer bench grammar`: JSON-Schema coverage, compile time and per-token mask time, tinyinfer next to
+llguidance and xgrammar (each where installed), on the same schemas and the same vocabulary in one run.
+
+    python -m tinyinfer bench grammar --schemas ../shared/data/jsonschema --tokens 48
+
+For every schema file (one JSON per line: subset, schema, tests) each engine compiles the schema (the
+refusal count is its coverage gap) and then walks --tokens random steps: at each step it computes the mask
+(timed), draws a uniform token among the allowed ones (what random logits amount to), and advances.
+Figures: coverage per subset; compile time p50/p99 (tinyinfer: schema -> grammar -> network -> masker,
+all caches cold); mask time p50/p99 over every step (tinyinfer computes masks lazily and caches them, so
+its p99 holds the cold misses and its p50 the cached steady state); and how many *invalid* example
+instances each engine's grammar accepts: an engine that skips a keyword compiles more schemas but lets
+invalid documents through.
+
+The mask time is set against one decode step of the built-in model (timed here), or, when the built-in
+model has not been built, against a random-weight NumPy forward of a similar Llama (said in the output).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from tinyinfer.constrain.automaton import compile_grammar
+from tinyinfer.constrain.json_schema import schema_to_grammar
+from tinyinfer.constrain.mask import Constraint, TokenMasker, Vocabulary
+from tinyinfer.constrain.parser import DEAD
+from tinyinfer.errors import TinyInferError
+
+SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+# A few-million-parameter Llama, the size of the built-in model, for the decode-step stand-in.
+PROXY = dict(d_model=256, n_layers=6, n_heads=8, d_ff=688, vocab=8192, context=256)
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--schemas", default=str(SHARED / "jsonschema"), help="folder of *.jsonl schema files")
+    parser.add_argument("--tokenizer", default=str(SHARED / "tokenizers" / "gpt2" / "tokenizer.json"),
+                        help="tokenizer whose vocabulary the masks cover (default: GPT-2, 50,257 tokens)")
+    parser.add_argument("--tokens", type=int, default=48, help="random steps walked per schema")
+    parser.add_argument("--per-subset", type=int, default=0, help="schemas per subset (0: all)")
+    parser.add_argument("--engines", default="tinyinfer,llguidance,xgrammar", help="comma-separated")
+
+
+# ---------------------------------------------------------------- engines
+class TinyInfer:
+    name = "tinyinfer"
+
+    def __init__(self, vocab: Vocabulary, token_bytes: list[bytes], eos: int):
+        self.vocab = vocab
+
+    def compile(self, schema):
+        try:
+            return TokenMasker(compile_grammar(schema_to_grammar(schema)), self.vocab)
+        except TinyInferError:
+            return None
+
+    def walker(self, masker):
+        constraint = Constraint(masker)
+        return constraint.allowed_mask, constraint.advance
+
+    def accepts(self, masker, data: bytes) -> bool:
+        return masker.parser.accepts(masker.parser.step_bytes(masker.parser.initial, data))
+
+
+class LLGuidance:
+    name = "llguidance"
+
+    def __init__(self, vocab: Vocabulary, token_bytes: list[bytes], eos: int):
+        import llguidance
+        import llguidance.numpy
+
+        self.ll, self.fill = llguidance, llguidance.numpy.fill_next_token_bitmask
+        wrapper = _Wrapper(token_bytes, eos)
+        self.tokenizer = llguidance.LLTokenizer(llguidance.TokenizerWrapper(wrapper))
+        self.size = len(token_bytes)
+
+    def compile(self, schema):
+        grammar = self.ll.LLMatcher.grammar_from_json_schema(schema, defaults={"whitespace_flexible": False})
+        if self.ll.LLMatcher.validate_grammar(grammar, self.tokenizer):
+            return None
+        return grammar
+
+    def walker(self, grammar):
+        matcher = self.ll.LLMatcher(self.tokenizer, grammar, log_level=0)
+        bitmask = self.ll.numpy.allocate_token_bitmask(1, self.size)
+
+        def mask():
+            self.fill(matcher, bitmask)
+            return np.unpackbits(bitmask.view(np.uint8), bitorder="little")[: self.size].astype(bool)
+
+        return mask, matcher.consume_token
+
+    def accepts(self, grammar, data: bytes) -> bool:
+        matcher = self.ll.LLMatcher(self.tokenizer, grammar, log_level=0)
+        for token in self.tokenizer.tokenize_bytes(data):
+            if not matcher.consume_token(token):
+                return False
+        return matcher.is_accepting()
+
+
+class XGrammar:
+    name = "xgrammar"
+
+    def __init__(self, vocab: Vocabulary, token_bytes: list[bytes], eos: int):
+        import xgrammar
+
+        self.xg = xgrammar
+        info = xgrammar.TokenizerInfo(token_bytes, xgrammar.VocabType.RAW, stop_token_ids=[eos])
+        self.compiler = xgrammar.GrammarCompiler(info, max_threads=1, cache_enabled=False)
+        self.size, self.eos = len(token_bytes), eos
+
+    def compile(self, schema):
+        try:
+            return self.compiler.compile_json_schema(json.dumps(schema), any_whitespace=False, strict_mode=False)
+        except Exception:  # xgrammar raises its own error types for schemas it refuses
+            return None
+
+    def walker(self, compiled):
+        matcher = self.xg.GrammarMatcher(compiled)
+        bitmask = self.xg.allocate_token_bitmask(1, self.size)
+
+        def mask():
+            matcher.fill_next_token_bitmask(bitmask)
+            return np.unpackbits(bitmask.numpy().view(np.uint8), bitorder="little")[: self.size].astype(bool)
+
+        return mask, matcher.accept_token
+
+    def accepts(self, compiled, data: bytes) -> bool:
+        matcher = self.xg.GrammarMatcher(compiled)
+        return matcher.accept_string(data) and matcher.accept_token(self.eos)
+
+
+class _Wrapper:
+    """The fields llguidance's TokenizerWrapper reads, over the same token bytes the others use."""
+
+    def __init__(self, token_bytes: list[bytes], eos: int):
+        self.tokens, self.eos_token_id, self.bos_token_id, self.special_token_ids = token_bytes, eos, None, [eos]
+        self._byte_ids = {t[0]: i for i, t in enumerate(token_bytes) if len(t) == 1}
+
+    def __call__(self, data: bytes) -> list[int]:  # llguidance tokenizes text with it: one token per byte
+        return [self._byte_ids[b] for b in data]
+
+
+ENGINES = {"tinyinfer": TinyInfer, "llguidance": LLGuidance, "xgrammar": XGrammar}
+
+
+# ---------------------------------------------------------------- measuring
+def percentiles(times: list[float]) -> str:
+    if not times:
+        return "     -          -"
+    p50, p99 = np.percentile(np.array(times) * 1e3, [50, 99])
+    return f"{p50:8.3f} ms {p99:8.2f} ms"
+
+
+def walk(engine, compiled, steps: int, seed: int, eos: int) -> list[float]:
+    """Mask times along a random walk (uniform among allowed tokens) of at most `steps` tokens."""
+    mask_fn, advance = engine.walker(compiled)
+    rng, times = np.random.default_rng(seed), []
+    for _ in range(steps):
+        start = time.perf_counter()
+        mask = mask_fn()
+        times.append(time.perf_counter() - start)
+        allowed = np.flatnonzero(mask)
+        if allowed.size == 0:
+            break
+        token = int(allowed[rng.integers(allowed.size)])
+        if token == eos:
+            break
+        advance(token)
+    return times
+
+
+def decode_step_seconds() -> tuple[float, str]:
+    """One decode step of the built-in model, or of a random-weight NumPy stand-in of similar size."""
+    try:
+        import tinyinfer
+        from tinyinfer.model import SeqChunk
+        from tinyinfer.resolve import DEFAULT_MODEL
+
+        model = tinyinfer.load(DEFAULT_MODEL)
+        cache = model.new_cache(max_seqs=1, max_len=PROXY["context"] + 8)
+        model.forward([SeqChunk(0, 0, list(range(1, PROXY["context"])))], cache)
+        start, n = time.perf_counter(), 20
+        for i in range(n):
+            model.forward([SeqChunk(0, PROXY["context"] - 1 + i, [1])], cache)
+        size = sum(p.size for p in _params(model))
+        return (time.perf_counter() - start) / n, f"built-in model {DEFAULT_MODEL} ({size / 1e6:.1f}M parameters)"
+    except Exception as e:  # the built-in model may not be built yet: say so and time a stand-in
+        reason = f"{type(e).__name__}: {str(e)[:80]}"
+    d, f, L, V, T = (PROXY[k] for k in ("d_model", "d_ff", "n_layers", "vocab", "context"))
+    rng = np.random.default_rng(0)
+    def weight(rows, cols):
+        return rng.standard_normal((rows, cols), dtype=np.float32) / np.float32(np.sqrt(rows))
+
+    w = [[weight(d, d) for _ in range(4)] + [weight(d, f), weight(d, f), weight(f, d)] for _ in range(L)]
+    head = weight(d, V)
+    keys, values = rng.standard_normal((L, T, d), dtype=np.float32), rng.standard_normal((L, T, d), dtype=np.float32)
+    x = rng.standard_normal((1, d), dtype=np.float32)
+
+    def step():
+        h = x
+        for layer, (wq, wk, wv, wo, w1, w3, w2) in enumerate(w):
+            q, _, _ = h @ wq, h @ wk, h @ wv  # [1, d] each
+            heads = q.reshape(PROXY["n_heads"], -1)  # [H, hd]
+            k = keys[layer].reshape(T, PROXY["n_heads"], -1)  # [T, H, hd]
+            scores = np.einsum("hd,thd->ht", heads, k)  # [H, T]
+            p = np.exp(scores - scores.max(-1, keepdims=True))
+            p /= p.sum(-1, keepdims=True)
+            att = np.einsum("ht,thd->hd", p, values[layer].reshape(T, PROXY["n_heads"], -1)).reshape(1, d)
+            h = h + att @ wo
+            g = h @ w1  # [1, d] -> [1, f]
+            h = h + (g / (1 + np.exp(-g)) * (h @ w3)) @ w2  # [1, f] -> [1, d]
+        return h @ head  # [1, d] -> [1, V]
+
+    step()
+    start, n = time.perf_counter(), 50
+    for _ in range(n):
+        step()
+    params = L * (4 * d * d + 3 * d * f) + 2 * d * V
+    return (time.perf_counter() - start) / n, (f"a random-weight NumPy Llama stand-in ({params / 1e6:.1f}M parameters, "
+                                               f"d={d}, {L} layers, {T}-token context; built-in model unavailable: {reason})")
+
+
+def _params(model):
+    params = getattr(model, "params", {})
+    return [p for p in (params.values() if isinstance(params, dict) else []) if hasattr(p, "size")]
+
+
+def run(args) -> int:
+    from tinyinfer.tokenizer import Tokenizer
+
+    files = sorted(Path(args.schemas).glob("*.jsonl"))
+    if not files:
+        raise TinyInferError(f"no *.jsonl schema files in {args.schemas}; pass --schemas FOLDER")
+    tokenizer = Tokenizer.from_file(args.tokenizer)
+    vocab = Vocabulary.from_tokenizer(tokenizer)
+    eos = vocab.eos_ids[0]
+    token_bytes = [b"" if i in tokenizer.special_ids else tokenizer.token_bytes(i) for i in range(vocab.size)]
+    engines = []
+    for name in args.engines.split(","):
+        if name not in ENGINES:
+            raise TinyInferError(f"unknown engine {name!r}; use some of {', '.join(ENGINES)}")
+        try:
+            engines.append(ENGINES[name](vocab, token_bytes, eos))
+        except ImportError:
+            print(f"{name}: not installed, skipped")
+    rows = []
+    for path in files:
+        lines = path.read_text(encoding="utf-8").splitlines()
+        rows += [json.loads(line) for line in (lines[: args.per_subset] if args.per_subset else lines)]
+    print(f"{len(rows)} schemas from {args.schemas}; vocabulary: {args.tokenizer} ({vocab.size} tokens); "
+          f"{args.tokens} random steps per schema")
+
+    stats = {e.name: {"compile": [], "mask": [], "cover": {}, "invalid": [0, 0]} for e in engines}
+    for i, row in enumerate(tqdm(rows, desc="schemas", unit="schema", disable=None)):
+        invalid = [json.dumps(t["data"], separators=(",", ":"), ensure_ascii=False).encode()
+                   for t in row["tests"] if not t["valid"]]
+        for engine in engines:
+            s = stats[engine.name]
+            start = time.perf_counter()
+            compiled = engine.compile(row["schema"])
+            seconds = time.perf_counter() - start
+            done, total = s["cover"].get(row["subset"], (0, 0))
+            s["cover"][row["subset"]] = (done + (compiled is not None), total + 1)
+            if compiled is None:
+                continue
+            s["compile"].append(seconds)
+            s["mask"] += walk(engine, compiled, args.tokens, seed=i, eos=eos)
+            s["invalid"][0] += sum(engine.accepts(compiled, data) for data in invalid)
+            s["invalid"][1] += len(invalid)
+
+    subsets = sorted({row["subset"] for row in rows})
+    print("\ncoverage (schemas compiled / schemas):")
+    print(f"{'subset':<24}" + "".join(f"{e.name:>14}" for e in engines))
+    for subset in subsets + ["total"]:
+        cells = []
+        for e in engines:
+            cover = stats[e.name]["cover"]
+            done, total = cover[subset] if subset != "total" else map(sum, zip(*cover.values()))
+            cells.append(f"{done:>6}/{total:<7}")
+        print(f"{subset:<24}" + "".join(f"{c:>14}" for c in cells))
+    step, what = decode_step_seconds()
+    print(f"\ndecode step: {step * 1e3:.2f} ms, {what}")
+    print(f"{'engine':<12}{'compile p50':>12}{'p99':>11}{'mask p50':>14}{'p99':>12}{'p50/decode':>12}"
+          f"{'invalid examples accepted':>28}")
+    for e in engines:
+        s = stats[e.name]
+        p50 = float(np.median(s["mask"])) if s["mask"] else float("nan")
+        print(f"{e.name:<12}{percentiles(s['compile'])}  {percentiles(s['mask'])}{p50 / step:>11.1%}"
+              f"{s['invalid'][0]:>14} of {s['invalid'][1]}")
+    return 0
