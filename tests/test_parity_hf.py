@@ -62,7 +62,7 @@ def test_logits_match_transformers_at_every_position(variant):
 @pytest.mark.parametrize("arch, overrides", [
     ("gpt2", {"n_positions": 512}),
     ("llama", {"max_position_embeddings": 512, "num_key_value_heads": 2}),
-    ("llama", {"max_position_embeddings": 512, "rope_parameters": make_tiny_models._LLAMA3_ROPE}),
+    ("llama", {"max_position_embeddings": 512, "rope_parameters": make_tiny_models.LLAMA3_ROPE}),
     ("qwen2", {"max_position_embeddings": 512, "num_key_value_heads": 2}),
     ("mistral", {"max_position_embeddings": 512, "sliding_window": 100}),
 ])

@@ -1,13 +1,15 @@
 """Build tiny random-weight Hugging Face checkpoints for parity tests, offline, in seconds.
 
 Each checkpoint is a real HF folder (`config.json`, `model.safetensors`, `generation_config.json`) written
-by transformers itself from a config object, so tinyinfer's loader meets exactly what the Hub holds.
+by transformers itself from a config object, so tinyinfer's loader meets exactly what the Hub holds, plus a
+small byte-level BPE `tokenizer.json` so that text prompts and the CLI work on it too.
 
 Why the weights are re-randomised: a freshly built model has every norm weight equal to 1 and every bias
 equal to 0, so a loader that swapped two norms, or dropped a bias, would still give the right logits. Here
-every parameter gets fresh values with a large spread (matrices ~ N(0, 0.3^2), norm weights ~ U(0.5, 1.5),
-biases ~ N(0, 0.3^2)) so that any wrong mapping moves the logits far beyond the test tolerance and the
-logits are far from flat (greedy picks are not near-ties).
+every parameter gets fresh values with a large spread (matrices and biases ~ N(0, 0.3^2), norm weights
+~ U(0.5, 1.5)) so that any wrong mapping moves the logits far beyond the test tolerance and the logits are far
+from flat (standard deviation ~2, so greedy picks are not near-ties). A larger spread would not help: float32
+rounding alone already moves these logits by ~2e-5 from a float64 run, and it grows with the spread.
 
 Two config.json dialects are found in the wild, and both are written:
 - "new" (transformers >= 5): RoPE as `rope_parameters` {"rope_type", "rope_theta", ...}, `dtype`;
@@ -36,6 +38,7 @@ ARCHS = ("gpt2", "llama", "mistral", "qwen2", "qwen3")
 VOCAB_SIZE = 300  # 256 byte tokens + 3 special tokens + merges learnt from TOKENIZER_TEXT
 SPECIAL_TOKENS = ["<pad>", "<s>", "</s>"]  # ids 0, 1, 2
 BOS_ID, EOS_ID = 1, 2
+INIT_STD = 0.3  # of every matrix and bias; norm weights are drawn from U(0.5, 1.5)
 TOKENIZER_TEXT = (
     "Once upon a time there was a tiny model. The tiny model read the tiny text, and the text was "
     "about a tiny model that read the text. It was a time of tiny things, once and again. "
@@ -75,7 +78,7 @@ _CONFIG_CLASS = {
 
 # The llama3 thresholds are wavelengths 64/1 and 64/4 positions: with head_dim 12 and theta 10000 the six
 # frequencies fall in all three bands (kept, smoothed, divided by the factor).
-_LLAMA3_ROPE = {
+LLAMA3_ROPE = {
     "rope_type": "llama3",
     "rope_theta": 10000.0,
     "factor": 8.0,
@@ -84,7 +87,7 @@ _LLAMA3_ROPE = {
     "original_max_position_embeddings": 64,
 }
 
-_LINEAR_ROPE = {"rope_type": "linear", "factor": 4.0, "rope_theta": 500.0}
+LINEAR_ROPE = {"rope_type": "linear", "factor": 4.0, "rope_theta": 500.0}
 _QWEN2_WINDOW_LAYERS = {
     "num_key_value_heads": 2, "use_sliding_window": True, "sliding_window": 8, "max_window_layers": 1
 }
@@ -104,14 +107,14 @@ VARIANTS: dict[str, tuple[str, dict, dict]] = {
     "llama_sharded": ("llama", {"num_key_value_heads": 2}, {"max_shard_size": "40KB"}),
     # head_dim (16) != hidden_size / heads (12): q/k/v/o projections are not square.
     "llama_head_dim": ("llama", {"head_dim": 16, "num_key_value_heads": 2}, {}),
-    "llama_rope_linear": ("llama", {"rope_parameters": _LINEAR_ROPE}, {}),
+    "llama_rope_linear": ("llama", {"rope_parameters": LINEAR_ROPE}, {}),
     "llama_rope_linear_old": (
         "llama",
-        {"rope_parameters": _LINEAR_ROPE},
+        {"rope_parameters": LINEAR_ROPE},
         {"dialect": "old", "rope_kind_key": "type"},  # the oldest spelling: {"type": "linear", ...}
     ),
-    "llama_rope_llama3": ("llama", {"rope_parameters": _LLAMA3_ROPE}, {}),
-    "llama_rope_llama3_old": ("llama", {"rope_parameters": _LLAMA3_ROPE}, {"dialect": "old"}),
+    "llama_rope_llama3": ("llama", {"rope_parameters": LLAMA3_ROPE}, {}),
+    "llama_rope_llama3_old": ("llama", {"rope_parameters": LLAMA3_ROPE}, {"dialect": "old"}),
     # A window of 8 keys is far shorter than the 20-token test prompt, so it changes the logits.
     "mistral_window": ("mistral", {"sliding_window": 8, "num_key_value_heads": 2}, {}),
     "mistral_window_old": ("mistral", {"sliding_window": 8, "num_key_value_heads": 2}, {"dialect": "old"}),
@@ -148,12 +151,10 @@ def randomise_(model: torch.nn.Module, seed: int) -> None:
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, param in model.named_parameters():  # tied tensors are listed once
-            if name.endswith("bias"):
-                values = torch.randn(param.shape, generator=generator) * 0.3
-            elif param.ndim == 1:  # a norm's scale
+            if param.ndim == 1 and not name.endswith("bias"):  # a norm's scale
                 values = 0.5 + torch.rand(param.shape, generator=generator)
             else:
-                values = torch.randn(param.shape, generator=generator) * 0.3
+                values = torch.randn(param.shape, generator=generator) * INIT_STD
             param.copy_(values)
 
 
@@ -171,7 +172,6 @@ def build_tiny_checkpoint(
     """
     out_dir = Path(out_dir)
     config = make_config(arch, **overrides)
-    torch.manual_seed(seed)
     model = transformers.AutoModelForCausalLM.from_config(config)
     randomise_(model, seed)
     model = model.to(getattr(torch, dtype))
