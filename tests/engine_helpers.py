@@ -6,8 +6,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import shared_data
+
 from tinyinfer.llama2c import load_llama2c
 from tinyinfer.model import Model
 from tinyinfer.sampling import SamplingParams

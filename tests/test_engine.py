@@ -6,9 +6,9 @@ import argparse
 
 import numpy as np
 import pytest
-
 from conftest import shared_data
 from engine_helpers import assert_same_as_solo, random_prompt, solo, stories  # noqa: F401 - stories is a fixture
+
 from tinyinfer.bench import serve
 from tinyinfer.engine import LLM
 from tinyinfer.errors import TinyInferError

@@ -7,8 +7,8 @@ prefix of theirs; and when the dust settles every block is back on the free list
 from __future__ import annotations
 
 import numpy as np
-
 from engine_helpers import VOCAB, random_prompt, solo, stories  # noqa: F401 - stories is a fixture
+
 from tinyinfer.engine import LLM
 from tinyinfer.sampling import SamplingParams
 

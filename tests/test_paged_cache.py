@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from engine_helpers import stories  # noqa: F401 - a fixture
+
 from tinyinfer.attention import attention, causal_mask, decode_attention, decode_mask
 from tinyinfer.engine.block_manager import BlockAllocator, block_hash, prefix_hashes
 from tinyinfer.engine.paged_cache import PagedKVCache
 from tinyinfer.errors import TinyInferError
 from tinyinfer.kv_cache import ContiguousKVCache
 from tinyinfer.model import SeqChunk
-
 
 # -- prefix hashing ---------------------------------------------------------------------------------------------
 

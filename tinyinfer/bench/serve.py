@@ -228,7 +228,8 @@ def print_prefix_caching(model, rng, args, engine: dict) -> None:
     runs = {cached: serve_engine(LLM(model, prefix_caching=cached, **engine), workload,
                                  f"prefix cache {'on' if cached else 'off'}") for cached in (True, False)}
     on, off = runs[True], runs[False]
+    same = "yes" if on.token_ids == off.token_ids else "NO"
     print(f"\nshared prefix of {prefix_len} tokens + {suffix[0]}-{suffix[1]} own tokens, {args.prefix_requests} "
           f"requests at {args.prefix_rate:g}/s: TTFT p50 {_ms(off.ttft_s, 50):.1f} ms without prefix caching, "
           f"{_ms(on.ttft_s, 50):.1f} ms with it: {_ms(off.ttft_s, 50) / _ms(on.ttft_s, 50):.1f}x faster "
-          f"(mean {np.mean(off.ttft_s) / np.mean(on.ttft_s):.1f}x); same tokens: {'yes' if on.token_ids == off.token_ids else 'NO'}")
+          f"(mean {np.mean(off.ttft_s) / np.mean(on.ttft_s):.1f}x); same tokens: {same}")
