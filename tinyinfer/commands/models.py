@@ -1,0 +1,68 @@
+"""`tinyinfer models`: list the built-in models and the checkpoints in the local Hugging Face cache.
+
+    $ python -m tinyinfer models
+    built-in (tinyinfer/models):
+      shakespeare         LlamaForCausalLM     2.0M params   4.0 MB
+    Hugging Face cache (~/.cache/huggingface/hub):
+      HuggingFaceTB/SmolLM2-135M-Instruct  LlamaForCausalLM  134.5M params  269.1 MB
+
+Every name printed here works as `--model NAME`. Parameter counts come from the safetensors headers (no
+weights are read), sizes from the files on disk (cache snapshots are links to blobs: the blobs are counted).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from tinyinfer.errors import TinyInferError
+from tinyinfer.resolve import BUILTIN_DIR, builtin_models, cached_models, hf_cache_dir
+from tinyinfer.safetensors_io import Checkpoint
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--json", action="store_true", help="print one JSON object per model instead of a table")
+
+
+def run(args) -> int:
+    sections = [(f"built-in ({BUILTIN_DIR})", builtin_models()), (f"Hugging Face cache ({hf_cache_dir()})", cached_models())]
+    for title, models in sections:
+        rows = [describe(name, folder) for name, folder in models.items()]
+        if args.json:
+            for row in rows:
+                print(json.dumps({**row, "source": title.split(" (")[0]}))
+            continue
+        print(f"{title}:" + ("" if rows else " none"))
+        width = max((len(row["name"]) for row in rows), default=0)
+        for row in rows:
+            params = f"{row['params'] / 1e6:.1f}M params" if row["params"] is not None else "? params"
+            print(f"  {row['name']:{width}s}  {row['architecture']:24s} {params:>14s} {format_size(row['bytes']):>10s}")
+    return 0
+
+
+def describe(name: str, folder: Path) -> dict:
+    """Name, architecture, parameter count and size on disk of one model folder."""
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        config = {}
+    architecture = (config.get("architectures") or [config.get("model_type", "unknown")])[0]
+    return {"name": name, "architecture": architecture, "params": count_params(folder),
+            "bytes": sum(p.stat().st_size for p in folder.iterdir() if p.is_file()), "path": str(folder)}
+
+
+def count_params(folder: Path) -> int | None:
+    """Sum of the tensor sizes listed in the safetensors headers; None when the files cannot be read."""
+    try:
+        checkpoint = Checkpoint(folder)
+    except (TinyInferError, OSError, ValueError):
+        return None
+    return sum(math.prod(checkpoint.shape(name)) for name in checkpoint.names())
+
+
+def format_size(n_bytes: int) -> str:
+    """format_size(3_500_000) -> '3.5 MB'; format_size(512) -> '512.0 B'"""
+    units = ["B", "KB", "MB", "GB", "TB"]
+    power = min(int(math.log10(max(n_bytes, 1))) // 3, len(units) - 1)
+    return f"{n_bytes / 1000 ** power:.1f} {units[power]}"
