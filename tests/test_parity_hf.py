@@ -60,11 +60,12 @@ def test_logits_match_transformers_at_every_position(variant):
 
 
 @pytest.mark.parametrize("arch, overrides", [
-    ("gpt2", {"n_positions": 512}),
-    ("llama", {"max_position_embeddings": 512, "num_key_value_heads": 2}),
-    ("llama", {"max_position_embeddings": 512, "rope_parameters": make_tiny_models.LLAMA3_ROPE}),
-    ("qwen2", {"max_position_embeddings": 512, "num_key_value_heads": 2}),
-    ("mistral", {"max_position_embeddings": 512, "sliding_window": 100}),
+    pytest.param("gpt2", {"n_positions": 512}, id="gpt2"),
+    pytest.param("llama", {"max_position_embeddings": 512, "num_key_value_heads": 2}, id="llama_gqa"),
+    pytest.param("llama", {"max_position_embeddings": 512, "rope_parameters": make_tiny_models.LLAMA3_ROPE},
+                 id="llama_rope_llama3"),
+    pytest.param("qwen2", {"max_position_embeddings": 512, "num_key_value_heads": 2}, id="qwen2"),
+    pytest.param("mistral", {"max_position_embeddings": 512, "sliding_window": 100}, id="mistral_window"),
 ])
 def test_logits_match_transformers_on_a_long_prompt(arch, overrides, tmp_path):
     """Position-dependent arithmetic (RoPE angles, learned positions, windows) must agree far from position 0 too.
