@@ -30,6 +30,7 @@ import argparse
 import json
 from pathlib import Path
 
+import safetensors.torch
 import tokenizers
 import torch
 import transformers
@@ -94,10 +95,11 @@ _QWEN2_WINDOW_LAYERS = {
 
 # name -> (arch, config overrides, options). Options: dtype, dialect ("new"/"old"), max_shard_size (to write
 # a sharded checkpoint with model.safetensors.index.json), config_edits (applied to the written config.json
-# last, to reproduce what real files carry).
+# last, to reproduce what real files carry), rewrite_tensors (a TENSOR_REWRITES entry applied to the file).
 VARIANTS: dict[str, tuple[str, dict, dict]] = {
     "gpt2": ("gpt2", {}, {}),
     "gpt2_old": ("gpt2", {"n_inner": 80}, {"dialect": "old"}),  # also an MLP width other than 4 x d_model
+    "gpt2_hub_layout": ("gpt2", {}, {"dialect": "old", "rewrite_tensors": "gpt2_hub_layout"}),
     "llama": ("llama", {}, {}),
     "llama_old": ("llama", {}, {"dialect": "old"}),
     "llama_gqa": ("llama", {"num_key_value_heads": 2}, {}),
@@ -161,14 +163,15 @@ def randomise_(model: torch.nn.Module, seed: int) -> None:
 def build_tiny_checkpoint(
     arch: str, out_dir: str | Path, dtype: str = "float32", *, dialect: str = "new", seed: int = 0,
     rope_kind_key: str = "rope_type", config_edits: dict | None = None, max_shard_size: str | None = None,
-    **overrides,
+    rewrite_tensors: str | None = None, **overrides,
 ) -> Path:
     """Write a tiny random `arch` checkpoint to `out_dir` and return the folder.
 
     `overrides` are HF config fields (e.g. `num_key_value_heads=1`); `dtype` is the stored weight dtype
     ("float32", "float16", "bfloat16"); `dialect` "old" rewrites config.json the way older transformers
     wrote it; `config_edits` are set in config.json last; `max_shard_size` (e.g. "40KB") splits the weights
-    into several safetensors files with an index.
+    into several safetensors files with an index; `rewrite_tensors` names a TENSOR_REWRITES entry applied to
+    the saved (single-file) model.safetensors.
     """
     out_dir = Path(out_dir)
     config = make_config(arch, **overrides)
@@ -185,7 +188,23 @@ def build_tiny_checkpoint(
         config_dict = to_old_dialect(config_dict, rope_kind_key)
     config_dict.update(config_edits or {})
     config_path.write_text(json.dumps(config_dict, indent=2, sort_keys=True) + "\n")
+    if rewrite_tensors:
+        weights_path = out_dir / "model.safetensors"
+        tensors = TENSOR_REWRITES[rewrite_tensors](safetensors.torch.load_file(weights_path), config_dict)
+        safetensors.torch.save_file(tensors, weights_path, metadata={"format": "pt"})
     return out_dir
+
+
+def gpt2_hub_layout(tensors: dict, config: dict) -> dict:
+    """The layout of the Hub's original GPT-2 files: names without the `transformer.` prefix, and each layer's
+    causal-mask buffer `h.{i}.attn.bias` [1, 1, n_positions, n_positions] stored beside the weights."""
+    tensors = {name.removeprefix("transformer."): tensor for name, tensor in tensors.items()}
+    n = config["n_positions"]
+    mask = torch.tril(torch.ones(n, n)).view(1, 1, n, n)  # [n, n] -> [1, 1, n, n]
+    return {**tensors, **{f"h.{i}.attn.bias": mask.clone() for i in range(config["n_layer"])}}
+
+
+TENSOR_REWRITES = {"gpt2_hub_layout": gpt2_hub_layout}
 
 
 def make_tokenizer() -> tokenizers.Tokenizer:
