@@ -66,7 +66,8 @@ def prompt_ids(n: int = 20, seed: int = 0, vocab_size: int = make_tiny_models.VO
 
 @lru_cache(maxsize=None)
 def hf_model(folder: Path) -> transformers.PreTrainedModel:
-    """The transformers model of `folder`, in float32 whatever the stored dtype, with eager attention."""
+    """The transformers model of `folder`, in float32 whatever the stored dtype, with eager attention.
+    Cached and shared by every test: never modify it in place (deep-copy it first)."""
     model = transformers.AutoModelForCausalLM.from_pretrained(
         folder, dtype=torch.float32, attn_implementation="eager"
     )
