@@ -99,7 +99,8 @@ def test_last_token_logits_without_all_logits(variant):
 
 
 def test_two_sequences_in_one_batch_equal_each_alone(variant):
-    """Two sequences of different lengths share one forward call (prefill, then a mixed decode step)."""
+    """Two sequences of different lengths share one forward call: both prefill, then a step that mixes a 6-token
+    chunk of one with a single decode token of the other."""
     _, model = variant
     a, b = prompt_ids(20, seed=3), prompt_ids(15, seed=4)
     full_a, full_b = model.logits(a), model.logits(b)
