@@ -33,7 +33,8 @@ def compact(value) -> str:
 def agrees_with_jsonschema(schema, values) -> None:
     """The grammar accepts a value's compact text exactly when jsonschema says it is valid."""
     parser = parser_of(schema)
-    check = jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker())
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    check = cls(schema, format_checker=jsonschema.FormatChecker())
     for value in values:
         assert accepts(parser, compact(value)) == check.is_valid(value), (schema, value)
 
@@ -84,6 +85,13 @@ def test_strings_lengths_escapes_and_utf8():
         assert accepts(parser, text)
     for text in ['"a"b"', '"\n"', r'"\ud83d"', r'"\x41"', '"abc']:
         assert not accepts(parser, text)
+
+
+def test_pattern_of_one_repeated_class_combines_with_lengths():
+    agrees_with_jsonschema({"type": "string", "pattern": "^[a-c]+$", "minLength": 2, "maxLength": 3},
+                           ["", "a", "ab", "abc", "abca", "ad", "é"])
+    with pytest.raises(TinyInferError, match="cannot combine pattern"):
+        schema_to_grammar({"type": "string", "pattern": "^a+b$", "maxLength": 3})
 
 
 @pytest.mark.parametrize("name", sorted(FORMATS))
@@ -142,6 +150,26 @@ def test_objects_required_optional_and_additional_properties():
     assert not accepts(parser, '{"b":"x","a":1}')  # declared properties come in the schema's order
 
 
+def test_pattern_properties_matching_every_key_or_closing_the_object():
+    agrees_with_jsonschema({"type": "object", "properties": {"n": {"type": ["string", "integer"]}},
+                            "patternProperties": {".*": {"type": "string"}}},
+                           [{}, {"n": "a"}, {"n": 1}, {"n": "a", "m": "b"}, {"n": "a", "m": 2}])
+    agrees_with_jsonschema({"type": "object", "properties": {"id": {"type": "integer"}},
+                            "patternProperties": {"^x-[a-z]+$": {"type": "boolean"}},
+                            "additionalProperties": False},
+                           [{"id": 1}, {"id": 1, "x-a": True}, {"x-ab": False, "x-c": True}, {"x-a": 1},
+                            {"id": 1, "y": True}, {"x-": True}])
+
+
+def test_dependencies_as_disjoint_branches():
+    schema = {"$schema": "http://json-schema.org/draft-07/schema#",
+              "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"},
+                                               "c": {"type": "string"}},
+              "dependencies": {"a": ["b"], "c": {"properties": {"b": {"minimum": 5}}}}}
+    agrees_with_jsonschema(schema, [{}, {"a": 1}, {"a": 1, "b": 2}, {"b": 2, "c": "x"}, {"b": 7, "c": "x"},
+                                    {"a": 1, "b": 9, "c": "x"}, {"c": "x"}, {"a": 1, "c": "x"}])
+
+
 def test_arrays_items_prefix_items_and_counts():
     agrees_with_jsonschema({"type": "array", "items": {"type": "integer"}, "minItems": 1, "maxItems": 3},
                            [[], [1], [1, 2, 3], [1, 2, 3, 4], ["a"], [1, "a"]])
@@ -164,11 +192,14 @@ def test_combinators_enum_const_and_recursive_refs():
                                       {"required": ["a"], "properties": {"a": {"minimum": 0}}}]},
                            [{"a": 1}, {"a": -1}, {}, {"a": "x"}])
     agrees_with_jsonschema({"type": ["string", "null"], "const": None}, [None, "null", 0])
+    agrees_with_jsonschema({"$defs": {"n": {"$anchor": "num", "type": "integer"}}, "items": {"$ref": "#num"},
+                            "type": "array"}, [[], [1, 2], [1, "a"]])
 
 
 @pytest.mark.parametrize("schema, message", [
     ({"type": "string", "not": {"const": "a"}}, "keyword 'not' is not supported"),
-    ({"properties": {"x": {"patternProperties": {"a": {}}}}}, "at #/properties/x: keyword 'patternProperties'"),
+    ({"properties": {"x": {"patternProperties": {"a": {}}}}}, "at #/properties/x/patternProperties"),
+    ({"type": "object", "if": {"required": ["a"]}}, "keyword 'if' is not supported"),
     ({"oneOf": [{"type": "integer"}, {"minimum": 3}]}, "may both match"),
     ({"type": "string", "format": "ipv6"}, "format 'ipv6' is not supported"),
     ({"type": "array", "uniqueItems": True}, "uniqueItems"),

@@ -14,7 +14,7 @@ Design:
   branches provably cannot both match (different types, distinct constants, a required key the other
   branch forbids): a grammar cannot say "exactly one".
 - A keyword the grammar cannot express is refused with TinyInferError naming the keyword and the path
-  (`not`, `if`, `patternProperties`, `uniqueItems: true`, `pattern` together with a length...). Keywords
+  (`not`, `if`, `dependencies`, most `patternProperties`, `uniqueItems: true`, `pattern` with a length...). Keywords
   that only annotate (title, description, default, examples, $schema, ...) are ignored, and so are words
   outside the JSON Schema vocabulary, exactly as validators ignore them.
 """
@@ -25,7 +25,7 @@ import json
 import re
 from urllib.parse import unquote
 
-from tinyinfer.constrain.grammar import EMPTY, Grammar, Literal, Ref, Repeat, alt, optional, seq
+from tinyinfer.constrain.grammar import EMPTY, CharClass, Grammar, Literal, Ref, Repeat, alt, optional, seq
 from tinyinfer.constrain.json_values import (
     BASE_RULES,
     FORMATS,
@@ -49,12 +49,13 @@ ANNOTATIONS = {"title", "description", "$schema", "$id", "id", "$comment", "exam
 SUPPORTED = {"type", "enum", "const", "properties", "required", "additionalProperties", "items", "prefixItems",
              "additionalItems", "minItems", "maxItems", "minLength", "maxLength", "pattern", "format", "minimum",
              "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "anyOf", "oneOf", "allOf", "$ref",
-             "minProperties", "maxProperties", "uniqueItems"}
-UNSUPPORTED = {"not", "if", "then", "else", "dependencies", "dependentRequired", "dependentSchemas",
-               "patternProperties", "propertyNames", "unevaluatedProperties", "unevaluatedItems", "contains",
+             "minProperties", "maxProperties", "uniqueItems", "patternProperties", "dependencies",
+             "dependentRequired", "dependentSchemas"}
+UNSUPPORTED = {"not", "if", "then", "else", "propertyNames", "unevaluatedProperties", "unevaluatedItems", "contains",
                "minContains", "maxContains", "$dynamicRef", "$dynamicAnchor", "$recursiveRef", "$recursiveAnchor",
                "contentSchema"}
 MAX_MULTIPLE_OF = 1000  # the divisibility automaton has this many rules at most
+MAX_DEPENDENCIES = 6  # each one doubles the branches
 
 
 def schema_error(path: str, message: str) -> TinyInferError:
@@ -90,6 +91,11 @@ class _Compiler:
         """The subschema a local reference `#/...` points to."""
         if not ref.startswith("#"):
             raise schema_error(path, f"$ref {ref!r} is not local; only '#/...' references are supported")
+        if len(ref) > 1 and ref[1] != "/":  # a plain-name fragment: "$anchor": "x" or (drafts 4-7) "$id": "#x"
+            found = _find_anchor(self.root, ref[1:])
+            if found is None:
+                raise schema_error(path, f"$ref {ref!r} points nowhere (no $anchor or id {ref!r})")
+            return found
         node = self.root
         for part in ref[1:].lstrip("/").split("/") if ref not in ("#", "#/") else []:
             part = unquote(part).replace("~1", "/").replace("~0", "~")
@@ -141,6 +147,9 @@ class _Compiler:
         for key in ("anyOf", "oneOf"):
             if key in schema:
                 return self.union(schema, key, path)
+        for key in ("dependencies", "dependentRequired", "dependentSchemas"):
+            if schema.get(key):
+                return self.dependencies(schema, key, path)
         if "const" in schema or "enum" in schema:
             return self.constants(schema, path)
         types = _types(schema, path)
@@ -156,6 +165,21 @@ class _Compiler:
         if key == "oneOf":
             _check_disjoint([self.deref(b, path) for b in branches], f"{path}/oneOf")
         return alt(*(self.expr(b, f"{path}/{key}/{i}") for i, b in enumerate(branches)))
+
+    def dependencies(self, schema: dict, key: str, path: str):
+        """`if property A is present then B (or a schema) holds`, one dependency at a time, as two
+        disjoint branches: A absent, or A present with its dependency merged in."""
+        deps = dict(schema[key])
+        if len(deps) > MAX_DEPENDENCIES:
+            raise schema_error(f"{path}/{key}", f"more than {MAX_DEPENDENCIES} dependencies are not supported")
+        name, dependency = deps.popitem()
+        rest = {**{k: v for k, v in schema.items() if k != key}, **({key: deps} if deps else {})}
+        needs = {"required": [name] + dependency} if isinstance(dependency, list) else {"required": [name]}
+        parts = [rest, needs] + ([] if isinstance(dependency, list) else [dependency])
+        branches = [merge(parts, f"{path}/{key}/{name}", self)]
+        if name not in rest.get("required", []):  # the branch without A: A may not appear at all
+            branches.append({**rest, "properties": {**rest.get("properties", {}), name: False}})
+        return alt(*(self.expr(b, path) for b in branches))
 
     def constants(self, schema, path: str):
         values = [schema["const"]] if "const" in schema else list(schema["enum"])
@@ -182,14 +206,19 @@ class _Compiler:
         if fmt in UNSUPPORTED_FORMATS:
             raise schema_error(path, f"format {fmt!r} is not supported (supported: {', '.join(FORMATS)})")
         constrained = [k for k in ("pattern", "format") if k in schema and (k != "format" or fmt in FORMATS)]
-        if len(constrained) > 1 or (constrained and (lo or hi is not None)):
+        if "pattern" in schema:
+            try:
+                expr = pattern_to_expr(schema["pattern"])
+            except TinyInferError as e:
+                raise schema_error(path + "/pattern", str(e)) from None
+            if lo or hi is not None:  # expressible when the pattern is one character class repeated
+                expr = _with_length(expr, lo, hi)
+        if len(constrained) > 1 or (constrained and (lo or hi is not None) and "pattern" not in schema) or (
+                "pattern" in schema and expr is None):
             raise schema_error(path, f"cannot combine {' with '.join(constrained)} with another string constraint "
                                "(pattern, format, minLength/maxLength); keep one")
         if "pattern" in schema:
-            try:
-                return quoted(json_content(pattern_to_expr(schema["pattern"])))
-            except TinyInferError as e:
-                raise schema_error(path + "/pattern", str(e)) from None
+            return quoted(json_content(expr))
         if constrained:
             return self.shared(f"format-{fmt}", lambda: format_expr(fmt))
         if hi is not None and hi < lo:
@@ -277,6 +306,7 @@ class _Compiler:
                 if extra is False:
                     raise schema_error(path, f"required property {key!r} is forbidden by additionalProperties")
                 props[key] = extra
+        props, extra, pattern_extra = self.pattern_properties(schema, props, extra, path)
         entries, required_flags = [], []
         for key, sub in props.items():
             if sub is False:
@@ -286,7 +316,7 @@ class _Compiler:
             key_text = json.dumps(key, ensure_ascii=False)
             entries.append(seq(Literal(key_text + ":"), self.expr(sub, f"{path}/properties/{key}")))
             required_flags.append(key in required)
-        extra_expr = None
+        extra_expr = pattern_extra
         if extra is not False:
             value = self.expr(extra, f"{path}/additionalProperties")
             extra_expr = self._object_rule(seq(string_not_in(list(props)), Literal(":"), value))
@@ -299,6 +329,33 @@ class _Compiler:
         if body is None:
             raise schema_error(path, "minProperties: 1 but no property is allowed")
         return seq(Literal("{"), body, Literal("}"))
+
+    def pattern_properties(self, schema: dict, props: dict, extra, path: str):
+        """Fold patternProperties into (properties, additionalProperties, extra-key expression or None).
+
+        A pattern that matches every key (`.*`, `^[a-z]*`) adds its schema to every property. Otherwise only
+        one pattern with additionalProperties: false is expressible: extra keys are then the pattern's keys."""
+        patterns = schema.get("patternProperties", {})
+        universal = [sub for pattern, sub in patterns.items() if _matches_every_key(pattern)]
+        others = {pattern: sub for pattern, sub in patterns.items() if not _matches_every_key(pattern)}
+        if universal:
+            props = {k: v if v is False else {"allOf": [v, *universal]} for k, v in props.items()}
+            extra = extra if extra is False else {"allOf": [extra, *universal]}
+        if not others:
+            return props, extra, None
+        where = f"{path}/patternProperties"
+        if extra is not False or len(others) > 1:
+            raise schema_error(where, "patternProperties is supported for patterns matching every key, or for one "
+                               "pattern with additionalProperties: false")
+        (pattern, sub), = others.items()
+        if any(_search(pattern, name) for name in props):
+            raise schema_error(where, f"pattern {pattern!r} also matches a declared property; not supported")
+        try:
+            key = quoted(json_content(pattern_to_expr(pattern)))
+        except TinyInferError as e:
+            raise schema_error(where, str(e)) from None
+        value = self.expr({"allOf": [sub, *universal]} if universal else sub, f"{where}/{pattern}")
+        return props, False, self._object_rule(seq(key, Literal(":"), value))
 
     def shared(self, name: str, build) -> Ref:
         """A rule built once and called wherever it recurs (one `maxLength: 1024` string, not fifty)."""
@@ -360,6 +417,48 @@ def _check_keywords(schema: dict, path: str) -> None:
     for key, value in schema.items():
         if key in UNSUPPORTED and value not in ({}, True) and not (key == "dependencies" and value == {}):
             raise schema_error(path, f"keyword {key!r} is not supported; remove it or rewrite the schema without it")
+
+
+def _find_anchor(node, name: str):
+    """The subschema named `name` by "$anchor": name or by an id "#name", searched depth first."""
+    if isinstance(node, dict):
+        if node.get("$anchor") == name or f"#{name}" in (node.get("$id"), node.get("id")):
+            return node
+        children = node.values()
+    elif isinstance(node, list):
+        children = node
+    else:
+        return None
+    for child in children:
+        found = _find_anchor(child, name)
+        if found is not None:
+            return found
+    return None
+
+
+def _with_length(expr, lo: int, hi: int | None):
+    """A pattern `^[class]{a,b}$` (or *, +) intersected with a length range, or None when not of that form.
+
+    _with_length(Repeat(CharClass(((97, 122),)), 1, None), 2, 5) -> Repeat(CharClass(((97, 122),)), 2, 5)"""
+    if not (isinstance(expr, Repeat) and isinstance(expr.item, CharClass)):
+        return None
+    top = hi if expr.max is None else (expr.max if hi is None else min(hi, expr.max))
+    bottom = max(lo, expr.min)
+    return Repeat(expr.item, bottom, top) if top is None or bottom <= top else None
+
+
+def _search(pattern: str, text: str) -> bool:
+    """Python's re standing in for ECMAScript (ASCII classes); an invalid pattern matches nothing here."""
+    try:
+        return re.search(pattern, text, re.ASCII) is not None
+    except re.error:
+        return False
+
+
+def _matches_every_key(pattern: str) -> bool:
+    """`.*` or `^[...]*`: with no end anchor they match the empty string at the start, so every key."""
+    simple = re.fullmatch(r"\^?\(?\.\*\)?|\^?\[[^\]]*\]\*", pattern) is not None
+    return simple and _search(pattern, "")
 
 
 def _constraining(schema: dict) -> bool:
