@@ -188,6 +188,10 @@ def test_combinators_enum_const_and_recursive_refs():
     agrees_with_jsonschema({"anyOf": [{"type": "string", "maxLength": 1}, {"type": "integer", "minimum": 5}]},
                            ["", "a", "ab", 4, 5, None])
     agrees_with_jsonschema({"oneOf": [{"type": "string"}, {"type": "number"}]}, ["a", 1, 2.5, None])
+    separated = {"type": "object", "oneOf": [{"required": ["a"]}, {"required": ["b"]}]}
+    parser, check = parser_of(separated), jsonschema.Draft202012Validator(separated)
+    assert accepts(parser, '{"a":1}') and accepts(parser, '{"b":1}') and not accepts(parser, "{}")
+    assert not accepts(parser, '{"a":1,"b":2}') and not check.is_valid({"a": 1, "b": 2})
     agrees_with_jsonschema({"allOf": [{"type": "object", "properties": {"a": {"type": "integer"}}},
                                       {"required": ["a"], "properties": {"a": {"minimum": 0}}}]},
                            [{"a": 1}, {"a": -1}, {}, {"a": "x"}])

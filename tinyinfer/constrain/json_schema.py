@@ -163,7 +163,7 @@ class _Compiler:
         if _constraining(rest):
             branches = [merge([rest, b], f"{path}/{key}/{i}", self) for i, b in enumerate(branches)]
         if key == "oneOf":
-            _check_disjoint([self.deref(b, path) for b in branches], f"{path}/oneOf")
+            branches = _separate([self.deref(b, path) for b in branches], f"{path}/oneOf")
         return alt(*(self.expr(b, f"{path}/{key}/{i}") for i, b in enumerate(branches)))
 
     def dependencies(self, schema: dict, key: str, path: str):
@@ -507,12 +507,29 @@ def _bounds(schema: dict, path: str):
     return lo, lo_open, hi, hi_open
 
 
-def _check_disjoint(branches: list, path: str) -> None:
+def _separate(branches: list, path: str) -> list:
+    """oneOf branches that cannot both match: provably disjoint already, or two object branches made
+    disjoint by forbidding, in each, a key the other requires (each then admits fewer objects: a grammar
+    can say "not this key" but not "not both branches")."""
+    branches = list(branches)
     for i in range(len(branches)):
         for j in range(i):
-            if not _disjoint(branches[i], branches[j]):
+            if _disjoint(branches[i], branches[j]):
+                continue
+            a, b = branches[i], branches[j]
+            only_b = [k for k in b.get("required", []) if k not in a.get("required", [])] if _only_objects(a) else []
+            only_a = [k for k in a.get("required", []) if k not in b.get("required", [])] if _only_objects(b) else []
+            if not (only_a and only_b):
                 raise schema_error(path, f"oneOf branches {j} and {i} may both match, and a grammar cannot "
                                    "express 'exactly one'; use anyOf if overlap is acceptable")
+            branches[i] = {**a, "properties": {**a.get("properties", {}), only_b[0]: False}}
+            branches[j] = {**b, "properties": {**b.get("properties", {}), only_a[0]: False}}
+    return branches
+
+
+def _only_objects(schema) -> bool:
+    return isinstance(schema, dict) and _value_types(schema) == {"object"} and not any(
+        k in schema for k in ("anyOf", "oneOf", "allOf", "dependencies", "dependentRequired", "dependentSchemas"))
 
 
 def _value_types(schema) -> set[str] | None:
