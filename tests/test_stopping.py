@@ -22,9 +22,12 @@ def run(pieces: list[str], stops: list[str]) -> tuple[list[str], StopMatcher]:
 
 
 def reference(text: str, stops: list[str]) -> str:
-    """The text up to the earliest occurrence of any stop string."""
-    cuts = [text.find(s) for s in stops if s in text]
-    return text[: min(cuts)] if cuts else text
+    """The text before the first stop string to be complete, reading left to right (ties: the longer)."""
+    for end in range(1, len(text) + 1):
+        starts = [end - len(s) for s in stops if text[:end].endswith(s)]
+        if starts:
+            return text[: min(starts)]
+    return text
 
 
 @pytest.mark.exercise("6.3")
@@ -64,6 +67,15 @@ def test_held_back_length_is_the_longest_suffix_that_starts_a_stop():
 def test_earliest_match_wins_among_several_stops():
     emitted, matcher = run(["alpha beta gamma"], ["gamma", "beta"])
     assert "".join(emitted) == "alpha " and matcher.stop_string == "beta"
+
+
+@pytest.mark.parametrize("pieces", [["xab", "c"], ["xabc"], ["x", "a", "b", "c"]])
+def test_the_first_stop_to_complete_wins_however_the_text_is_split(pieces):
+    """"b" is complete before "abc" is, so generation stops there, whether or not "c" arrived in the same piece."""
+    emitted, matcher = run(pieces, ["abc", "b"])
+    assert "".join(emitted) == "xa" and matcher.stop_string == "b"
+    emitted, matcher = run(pieces, ["abc", "bc"])  # both complete at "c": the longer one wins
+    assert "".join(emitted) == "x" and matcher.stop_string == "abc"
 
 
 def test_text_before_the_stop_ends_in_a_partial_utf8_character():

@@ -41,7 +41,9 @@ class StopMatcher:
     """Feed it the detokenizer's text pieces; it returns what is safe to show and says when a stop matched.
 
     `push(text)` returns the text that can be emitted now. Once a stop string is found, `stopped` is True and
-    the text up to (not including) the earliest match has been returned; everything after it is dropped.
+    the text before it has been returned; everything after it is dropped. Generation stops as soon as the text
+    contains a stop string, so the match that *ends* first wins (on a tie, the longer one): that way the
+    result does not depend on how the text was split into tokens.
     At the end of generation for another reason (EOS, length), `flush()` returns the held-back tail.
 
     >>> m = StopMatcher(["\\n\\n", "END"])
@@ -61,7 +63,7 @@ class StopMatcher:
         if self.stopped:
             return ""
         self.pending += text
-        match = self._earliest_match()
+        match = self._first_completed_match()
         if match is not None:
             start, stop = match
             self.stopped, self.stop_string = True, stop
@@ -76,8 +78,8 @@ class StopMatcher:
         emit, self.pending = self.pending, ""
         return emit
 
-    def _earliest_match(self) -> tuple[int, str] | None:
-        """(start, stop string) of the match that begins first in the pending text, or None."""
+    def _first_completed_match(self) -> tuple[int, str] | None:
+        """(start, stop string) of the match that ends first in the pending text (ties: longest), or None."""
         found = [(self.pending.find(stop), stop) for stop in self.stops]
         found = [(start, stop) for start, stop in found if start >= 0]
-        return min(found, key=lambda m: (m[0], -len(m[1]))) if found else None
+        return min(found, key=lambda m: (m[0] + len(m[1]), m[0])) if found else None
