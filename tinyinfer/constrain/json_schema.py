@@ -396,7 +396,7 @@ def _object_body(entries: list, required: list[bool], extra, nonempty: bool, rul
     extras_after = EMPTY if extra is None else rule(Repeat(seq(Literal(","), extra), 0, None))
     after = [None] * (n + 1)  # after[i]: properties i.. once something has been written
     after[n] = extras_after
-    for i in range(n - 1, -1, -1):
+    for i in range(n - 1, 0, -1):  # after[0] is never needed: the first property has no comma
         item = seq(Literal(","), entries[i], after[i + 1])
         after[i] = rule(item if required[i] else alt(item, after[i + 1]))
     starts = []  # the first property written is entry j (all before it optional and skipped)
