@@ -9,6 +9,7 @@ import pytest
 from conftest import shared_data
 from engine_helpers import assert_same_as_solo, random_prompt, solo, stories  # noqa: F401 - stories is a fixture
 
+import tinyinfer
 from tinyinfer.bench import serve
 from tinyinfer.engine import LLM
 from tinyinfer.errors import TinyInferError
@@ -232,3 +233,18 @@ def test_bench_serve_runs_all_modes_and_finds_the_same_tokens(capsys):
     for line in ("sequential", "static batching", "continuous batching", "same tokens in all three modes: yes",
                  "held / live tokens need", "shared prefix of 40 tokens"):
         assert line in out
+
+
+def test_text_prompts_stop_strings_and_streamed_text_match_model_generate():
+    model = tinyinfer.load(shared_data("models/stories260K/stories260K.bin"))
+    prompts = ["Once upon a time", "Tom had a big dog", "The sun was"]
+    greedy_text = model.generate(prompts[0], max_tokens=40, temperature=0).text
+    stop = greedy_text[20:24]  # a stop string the greedy continuation of the first prompt is sure to meet
+    params = [SamplingParams(temperature=0, max_tokens=40, stop=[stop]),
+              SamplingParams(temperature=0.8, seed=5, max_tokens=30),
+              SamplingParams(temperature=0, max_tokens=25, stop=["\n", "."])]
+    results = LLM(model, block_size=8).generate(prompts, params)
+    for prompt, p, out in zip(prompts, params, results):
+        want = model.generate(prompt, p)
+        assert (out.text, out.token_ids, out.finish_reason) == (want.text, want.token_ids, want.finish_reason)
+    assert results[0].finish_reason == "stop" and stop not in results[0].text
