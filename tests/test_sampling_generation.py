@@ -307,3 +307,10 @@ def test_cli_json_schema_output_validates(structured_output, tiny_checkpoint, tm
     out = capsys.readouterr()
     assert "(eos)" in out.err  # the grammar completed, then only EOS was allowed
     jsonschema.validate(json.loads(out.out), schema)
+
+
+def test_cli_stop_reads_newline_and_tab_escapes():
+    from tinyinfer.cli import build_parser
+
+    args = build_parser().parse_args(["generate", "p", "--stop", r"\n\n", "--stop", r"a\tb", "--stop", r"c\\n"])
+    assert args.stop == ["\n\n", "a\tb", "c\\n"]

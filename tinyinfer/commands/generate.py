@@ -10,6 +10,7 @@ Every SamplingParams field is a flag; a flag not given takes the checkpoint's ge
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -43,9 +44,22 @@ def add_sampling_arguments(parser) -> None:
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     for name, (kind, help_text) in SAMPLING_FLAGS.items():
         parser.add_argument("--" + name.replace("_", "-"), type=kind, default=None, help=help_text)
-    parser.add_argument("--stop", action="append", default=None, metavar="TEXT",
-                        help="stop when the text contains TEXT (not printed); repeatable")
+    parser.add_argument("--stop", action="append", default=None, metavar="TEXT", type=unescape,
+                        help="stop when the text contains TEXT (not printed); repeatable; \\n and \\t mean "
+                             "newline and tab")
     parser.add_argument("--ignore-eos", action="store_true", default=None, help="keep generating past EOS")
+
+
+ESCAPES = {"\\\\": "\\", "\\n": "\n", "\\t": "\t"}  # as typed on a command line -> the character
+
+
+def unescape(text: str) -> str:
+    r"""Read the escapes a shell cannot type easily: `--stop '\n\n'` stops at a blank line.
+
+    >>> unescape(r"one\ntwo\\n")
+    'one\ntwo\\n'
+    """
+    return re.sub(r"\\\\|\\n|\\t", lambda m: ESCAPES[m.group()], text)
 
 
 def add_arguments(parser) -> None:
