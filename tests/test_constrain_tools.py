@@ -127,3 +127,19 @@ def test_real_tokenizer_tool_call_through_the_factory():
         assert constraint.allowed_mask()[token]
         constraint.advance(token)
     assert constraint.is_complete() and constraint.allowed_mask()[tokenizer.eos_token_id]
+
+
+def test_bench_grammar_reports_coverage_and_mask_times(tmp_path, capsys):
+    from tinyinfer.cli import main
+
+    rows = [{"subset": "tiny", "source_path": f"s{i}", "schema": schema,
+             "tests": [{"valid": False, "data": "not an object"}]}
+            for i, schema in enumerate([{"type": "object", "properties": {"a": {"type": "integer"}}},
+                                        {"type": "string", "not": {"const": "x"}}])]
+    (tmp_path / "tiny.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    tokenizer = shared_data("tokenizers/gpt2/tokenizer.json")
+    assert main(["bench", "grammar", "--schemas", str(tmp_path), "--tokenizer", str(tokenizer),
+                 "--engines", "tinyinfer", "--tokens", "4", "--timed-per-subset", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "tiny" in out and "1/2" in out  # the schema with `not` is refused
+    assert "decode step" in out and "0 of 1 (0 schemas)" in out
