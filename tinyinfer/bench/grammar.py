@@ -204,7 +204,7 @@ def decode_step_seconds() -> tuple[float, str]:
         start, n = time.perf_counter(), 20
         for i in range(n):
             model.forward([SeqChunk(0, PROXY["context"] - 1 + i, [1])], cache)
-        size = sum(p.size for p in _params(model))
+        size = _count(model.params)
         return (time.perf_counter() - start) / n, f"built-in model {DEFAULT_MODEL} ({size / 1e6:.1f}M parameters)"
     except Exception as e:  # the built-in model may not be built yet: say so and time a stand-in
         reason = f"{type(e).__name__}: {str(e)[:80]}"
@@ -218,10 +218,14 @@ def decode_step_seconds() -> tuple[float, str]:
     keys, values = rng.standard_normal((L, T, d), dtype=np.float32), rng.standard_normal((L, T, d), dtype=np.float32)
     x = rng.standard_normal((1, d), dtype=np.float32)
 
+    def norm(h):
+        return h / np.sqrt((h * h).mean(-1, keepdims=True) + 1e-5)
+
     def step():
         h = x
         for layer, (wq, wk, wv, wo, w1, w3, w2) in enumerate(w):
-            q, _, _ = h @ wq, h @ wk, h @ wv  # [1, d] each
+            a = norm(h)
+            q, _, _ = a @ wq, a @ wk, a @ wv  # [1, d] each
             heads = q.reshape(PROXY["n_heads"], -1)  # [H, hd]
             k = keys[layer].reshape(T, PROXY["n_heads"], -1)  # [T, H, hd]
             scores = np.einsum("hd,thd->ht", heads, k)  # [H, T]
@@ -229,9 +233,10 @@ def decode_step_seconds() -> tuple[float, str]:
             p /= p.sum(-1, keepdims=True)
             att = np.einsum("ht,thd->hd", p, values[layer].reshape(T, PROXY["n_heads"], -1)).reshape(1, d)
             h = h + att @ wo
-            g = h @ w1  # [1, d] -> [1, f]
-            h = h + (g / (1 + np.exp(-g)) * (h @ w3)) @ w2  # [1, f] -> [1, d]
-        return h @ head  # [1, d] -> [1, V]
+            m = norm(h)
+            g = m @ w1  # [1, d] -> [1, f]
+            h = h + (g / (1 + np.exp(-g)) * (m @ w3)) @ w2  # [1, f] -> [1, d]
+        return norm(h) @ head  # [1, d] -> [1, V]
 
     step()
     start, n = time.perf_counter(), 50
@@ -242,9 +247,13 @@ def decode_step_seconds() -> tuple[float, str]:
                                                f"d={d}, {L} layers, {T}-token context; built-in model unavailable: {reason})")
 
 
-def _params(model):
-    params = getattr(model, "params", {})
-    return [p for p in (params.values() if isinstance(params, dict) else []) if hasattr(p, "size")]
+def _count(params) -> int:
+    """Number of parameters in a nested structure of arrays (dicts and lists)."""
+    if isinstance(params, dict):
+        return sum(_count(v) for v in params.values())
+    if isinstance(params, (list, tuple)):
+        return sum(_count(v) for v in params)
+    return int(getattr(params, "size", 0))
 
 
 def run(args) -> int:
