@@ -31,12 +31,11 @@ from tqdm import tqdm
 from tinyinfer.constrain.automaton import compile_grammar
 from tinyinfer.constrain.json_schema import schema_to_grammar
 from tinyinfer.constrain.mask import Constraint, TokenMasker, Vocabulary
-from tinyinfer.constrain.parser import DEAD
 from tinyinfer.errors import TinyInferError
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 # A few-million-parameter Llama, the size of the built-in model, for the decode-step stand-in.
-PROXY = dict(d_model=256, n_layers=6, n_heads=8, d_ff=688, vocab=8192, context=256)
+PROXY = {"d_model": 256, "n_layers": 6, "n_heads": 8, "d_ff": 688, "vocab": 8192, "context": 256}
 
 
 def add_arguments(parser) -> None:
@@ -112,7 +111,7 @@ class LLGuidance:
 
 # Compact JSON like tinyinfer's; strict_mode=False keeps JSON Schema's meaning of an absent
 # additionalProperties (any extra key allowed) instead of forbidding extra keys.
-XGRAMMAR_OPTIONS = dict(any_whitespace=False, strict_mode=False, separators=(",", ":"))
+XGRAMMAR_OPTIONS = {"any_whitespace": False, "strict_mode": False, "separators": (",", ":")}
 
 
 class XGrammar:
@@ -130,7 +129,7 @@ class XGrammar:
         try:  # the grammar alone, without the vocabulary preprocessing compile() adds
             self.xg.Grammar.from_json_schema(json.dumps(schema), **XGRAMMAR_OPTIONS)
             return True
-        except Exception:  # xgrammar raises its own error types for schemas it refuses
+        except Exception:  # noqa: BLE001 -- xgrammar raises its own error types for schemas it refuses
             return False
 
     def compile(self, schema):
@@ -206,7 +205,7 @@ def decode_step_seconds() -> tuple[float, str]:
             model.forward([SeqChunk(0, PROXY["context"] - 1 + i, [1])], cache)
         size = _count(model.params)
         return (time.perf_counter() - start) / n, f"built-in model {DEFAULT_MODEL} ({size / 1e6:.1f}M parameters)"
-    except Exception as e:  # the built-in model may not be built yet: say so and time a stand-in
+    except Exception as e:  # noqa: BLE001 -- no built-in model yet: say why, and time a stand-in
         reason = f"{type(e).__name__}: {str(e)[:80]}"
     d, f, L, V, T = (PROXY[k] for k in ("d_model", "d_ff", "n_layers", "vocab", "context"))
     rng = np.random.default_rng(0)

@@ -36,7 +36,11 @@ from tinyinfer.constrain.build import KINDS, build_constraint, grammar_for
 from tinyinfer.constrain.grammar import Grammar, parse_grammar
 from tinyinfer.constrain.json_schema import schema_to_grammar
 from tinyinfer.constrain.mask import Constraint, TokenMasker, Vocabulary
-from tinyinfer.constrain.tools import parse_tool_calls, tool_call_grammar, tool_call_schema
+from tinyinfer.constrain.tools import (
+           parse_tool_calls,
+           tool_call_grammar,
+           tool_call_schema,
+)
 
 __all__ = ["KINDS", "Constraint", "Grammar", "TokenMasker", "Vocabulary", "build_constraint", "grammar_for",
            "parse_grammar", "parse_tool_calls", "schema_to_grammar", "tool_call_grammar", "tool_call_schema"]

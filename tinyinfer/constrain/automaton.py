@@ -18,7 +18,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tinyinfer.constrain.grammar import Alt, CharClass, Grammar, Literal, Ref, Repeat, Seq, class_code_points
+from tinyinfer.constrain.grammar import (
+    Alt,
+    CharClass,
+    Grammar,
+    Literal,
+    Ref,
+    Repeat,
+    Seq,
+    class_code_points,
+)
 from tinyinfer.constrain.utf8 import utf8_sequences
 from tinyinfer.errors import TinyInferError
 
@@ -150,8 +159,8 @@ def _check_left_recursion(net: Network) -> None:
                 nullable.add(name)
                 changed = True
     left = {name: _left_calls(net, start, nullable, rule_at)[0] for name, start in net.rule_start.items()}
-    for name in left:  # depth-first search for a cycle name -> ... -> name
-        stack, seen = list(left[name]), set()
+    for name, callees in left.items():  # depth-first search for a cycle name -> ... -> name
+        stack, seen = list(callees), set()
         while stack:
             callee = stack.pop()
             if callee == name:

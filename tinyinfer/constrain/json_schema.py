@@ -25,7 +25,17 @@ import json
 import re
 from urllib.parse import unquote
 
-from tinyinfer.constrain.grammar import EMPTY, CharClass, Grammar, Literal, Ref, Repeat, alt, optional, seq
+from tinyinfer.constrain.grammar import (
+    EMPTY,
+    CharClass,
+    Grammar,
+    Literal,
+    Ref,
+    Repeat,
+    alt,
+    optional,
+    seq,
+)
 from tinyinfer.constrain.json_values import (
     BASE_RULES,
     FORMATS,

@@ -72,11 +72,11 @@ class Vocabulary:
 
     def __init__(self, token_bytes: list[bytes], eos_ids, special_ids=()):
         self.size = len(token_bytes)
-        self.eos_ids = sorted(set(int(i) for i in eos_ids))
+        self.eos_ids = sorted({int(i) for i in eos_ids})
         bad = [i for i in self.eos_ids if not 0 <= i < self.size]
         if bad:
             raise TinyInferError(f"EOS id(s) {bad} outside the vocabulary of {self.size} tokens")
-        self.trie = VocabTrie(token_bytes, set(self.eos_ids) | set(int(i) for i in special_ids))
+        self.trie = VocabTrie(token_bytes, set(self.eos_ids) | {int(i) for i in special_ids})
 
     @classmethod
     def from_tokenizer(cls, tokenizer, eos_ids=None) -> Vocabulary:

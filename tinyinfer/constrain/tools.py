@@ -21,7 +21,16 @@ from __future__ import annotations
 
 import json
 
-from tinyinfer.constrain.grammar import ANY_CHAR, EMPTY, CharClass, Grammar, Ref, Repeat, alt, seq
+from tinyinfer.constrain.grammar import (
+    ANY_CHAR,
+    EMPTY,
+    CharClass,
+    Grammar,
+    Ref,
+    Repeat,
+    alt,
+    seq,
+)
 from tinyinfer.constrain.json_schema import schema_to_grammar
 from tinyinfer.errors import TinyInferError
 
