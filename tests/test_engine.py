@@ -123,6 +123,9 @@ def test_static_batching_is_exact_and_waits_for_the_whole_batch(stories):
     results = llm.generate(prompts, params)
     first_batch_done = max(out.metrics.finished for out in results[:4])
     assert all(out.metrics.first_scheduled >= first_batch_done for out in results[4:])
+    first_batch_steps = [s for s in llm.step_log if s.time <= first_batch_done]
+    assert {s.num_seqs for s in first_batch_steps} == {4}  # early finishers' rows ran on as padding
+    assert llm.scheduler.allocator.num_free == llm.cache.n_blocks
     assert_same_as_solo(stories, prompts, params, results)
 
 
@@ -167,6 +170,21 @@ def test_invalid_sampling_params_are_rejected_per_request(stories):
         results.update((out.request_id, out) for out in llm.step())
     assert results[first].token_ids == solo(stories, [1, 30, 40], good)[0]
     assert results[second].token_ids == solo(stories, [1, 31, 41], good)[0]
+
+
+def test_abort_in_static_batching_frees_blocks_at_once_but_a_finished_member_keeps_its_slot(stories):
+    llm = LLM(stories, block_size=4, n_blocks=40, max_num_seqs=3, static=True)
+    short, long, doomed = (llm.add_request(random_prompt(np.random.default_rng(i), 6), max_tokens=m, temperature=0,
+                                           ignore_eos=True) for i, m in enumerate((2, 12, 12)))
+    for _ in range(3):
+        llm.step()
+    allocator = llm.scheduler.allocator
+    assert short not in llm.requests and 40 - allocator.num_free == 3 * 2  # finished, its 2 blocks still held
+    llm.abort(doomed)
+    assert 40 - allocator.num_free == 2 * 2
+    while llm.has_unfinished():
+        llm.step()
+    assert long not in llm.requests and allocator.num_free == 40
 
 
 def test_abort_frees_blocks_at_once(stories):

@@ -134,8 +134,8 @@ class LLM:
         self.scheduler.advance(batch)
         outputs = []
         for row, seq in enumerate(batch.sequences):
-            if seq.num_computed < seq.num_tokens:
-                continue  # a prefill chunk that has not reached the end: its logits predict nothing needed
+            if seq.num_computed < seq.num_tokens or seq.status is Status.FINISHED:
+                continue  # a prefill chunk short of the end, or a padding row: nothing to sample
             new = self._sample(seq, logits[row])
             outputs.append(self._output(seq, new))
         self._log(batch)

@@ -17,8 +17,9 @@ Finished sequences leave as soon as their last token is sampled (`finish`), so t
 a waiting request at the very next step.
 
 The static-batching baseline (`static=True`) admits a whole batch only when the previous one has
-completely finished, and runs each prompt in one piece: the slots of early finishers stay idle until the
-longest member is done. The chapter measures the difference.
+completely finished, and runs each prompt in one piece. Like any fixed-shape batch, it keeps computing a
+row for every member until the longest is done: an early finisher's result is out, but its slot runs on as
+padding (its last token recomputed, the output ignored). The chapter measures the difference.
 """
 
 from __future__ import annotations
@@ -51,7 +52,8 @@ class SchedulerConfig:
 
 @dataclass
 class Batch:
-    """One step's work: sequences with the number of new tokens each runs, in the order of `chunks`."""
+    """One step's work: sequences with the number of new tokens each runs, in the order of `chunks`.
+    0 new tokens marks a padding row of static batching: a finished sequence recomputing its last token."""
 
     sequences: list[Sequence] = field(default_factory=list)
     num_new: list[int] = field(default_factory=list)
@@ -63,12 +65,13 @@ class Batch:
 
     @property
     def chunks(self) -> list[SeqChunk]:
-        return [SeqChunk(s.seq_id, s.num_computed, s.tokens[s.num_computed:s.num_computed + n])
+        return [SeqChunk(s.seq_id, s.num_computed, s.tokens[s.num_computed:s.num_computed + n]) if n else
+                SeqChunk(s.seq_id, s.num_computed - 1, s.tokens[s.num_computed - 1:s.num_computed])
                 for s, n in zip(self.sequences, self.num_new)]
 
     @property
     def num_tokens(self) -> int:
-        return sum(self.num_new)
+        return sum(max(n, 1) for n in self.num_new)
 
 
 class Scheduler:
@@ -101,6 +104,9 @@ class Scheduler:
         batch = Batch()
         budget = math.inf if self.config.static else self.config.max_num_batched_tokens  # static: one whole batch
         for seq in list(self.running):  # a copy: preemption removes from the end of the list
+            if seq.status is Status.FINISHED:
+                batch.add(seq, 0)  # static batching: a finished member's row runs on as padding
+                continue
             if seq.status is not Status.RUNNING:
                 continue  # preempted earlier in this loop
             n = self._chunk_size(seq, budget, first=not batch.sequences)
@@ -118,16 +124,23 @@ class Scheduler:
         """After the model ran `batch`: count the computed tokens and name the blocks that became full."""
         for seq, n in zip(batch.sequences, batch.num_new):
             seq.num_computed += n
-            if self.config.prefix_caching:
+            if n and self.config.prefix_caching:
                 self._register_full_blocks(seq, seq.num_computed - n)
 
     def finish(self, seq: Sequence) -> None:
-        """Retire a finished (or aborted) sequence: its blocks go back at once."""
-        if seq in self.running:
-            self.running.remove(seq)
-        elif seq in self.waiting:
-            self.waiting.remove(seq)
-        self._release(seq)
+        """Retire a finished (or aborted) sequence: its blocks go back at once. In static batching a member
+        that finished keeps its slot and blocks until the whole batch is done (an aborted one does not)."""
+        keeps_slot = self.config.static and seq.finish_reason != "abort" and seq in self.running
+        if not keeps_slot:
+            if seq in self.running:
+                self.running.remove(seq)
+            elif seq in self.waiting:
+                self.waiting.remove(seq)
+            self._release(seq)
+        if self.config.static and all(s.status is Status.FINISHED for s in self.running):
+            for member in self.running:  # the batch is over
+                self._release(member)
+            self.running.clear()
 
     # -- admission ------------------------------------------------------------------------------------------
 
