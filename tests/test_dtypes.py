@@ -18,11 +18,13 @@ import copy
 
 import numpy as np
 import pytest
+import tiny_models
 import torch
+from tiny_models import VARIANTS, hf_logits, hf_model, prompt_ids, variant_dtype
 
 import tinyinfer
-from tiny_models import VARIANTS, hf_logits, hf_model, prompt_ids, tiny_checkpoint, variant_dtype  # noqa: F401
 
+tiny_checkpoint = tiny_models.tiny_checkpoint  # the session fixture, made usable in this module
 LOW_PRECISION_VARIANTS = [name for name in VARIANTS if variant_dtype(name) != "float32"]
 LOGITS_ATOL = 1e-4
 FP16_ERROR_RATIO = 2.0

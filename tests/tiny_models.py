@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -64,7 +64,7 @@ def prompt_ids(n: int = 20, seed: int = 0, vocab_size: int = make_tiny_models.VO
     return np.random.default_rng(seed).integers(3, vocab_size, size=n).tolist()
 
 
-@lru_cache(maxsize=None)
+@cache
 def hf_model(folder: Path) -> transformers.PreTrainedModel:
     """The transformers model of `folder`, in float32 whatever the stored dtype, with eager attention.
     Cached and shared by every test: never modify it in place (deep-copy it first)."""

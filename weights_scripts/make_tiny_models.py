@@ -46,24 +46,25 @@ TOKENIZER_TEXT = (
 ) * 4
 
 # Small shapes shared by every architecture; a variant overrides what it tests.
-_BASE_LLAMA_LIKE = dict(
-    vocab_size=VOCAB_SIZE,
-    hidden_size=48,
-    intermediate_size=96,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=4,
-    head_dim=12,
-    max_position_embeddings=128,
-    rms_norm_eps=1e-5,
-    tie_word_embeddings=False,
-    bos_token_id=BOS_ID,
-    eos_token_id=EOS_ID,
-)
+_BASE_LLAMA_LIKE = {
+    "vocab_size": VOCAB_SIZE,
+    "hidden_size": 48,
+    "intermediate_size": 96,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "head_dim": 12,
+    "max_position_embeddings": 128,
+    "rms_norm_eps": 1e-5,
+    "tie_word_embeddings": False,
+    "bos_token_id": BOS_ID,
+    "eos_token_id": EOS_ID,
+}
 _BASE = {
-    "gpt2": dict(
-        vocab_size=VOCAB_SIZE, n_embd=48, n_layer=2, n_head=4, n_positions=128, bos_token_id=BOS_ID, eos_token_id=EOS_ID
-    ),
+    "gpt2": {
+        "vocab_size": VOCAB_SIZE, "n_embd": 48, "n_layer": 2, "n_head": 4, "n_positions": 128,
+        "bos_token_id": BOS_ID, "eos_token_id": EOS_ID,
+    },
     "llama": _BASE_LLAMA_LIKE,
     "mistral": {**_BASE_LLAMA_LIKE, "sliding_window": None},
     "qwen2": _BASE_LLAMA_LIKE,
