@@ -34,6 +34,9 @@ from tinyinfer.sampling import Sampler, SamplingParams, sequence_rngs
 from tinyinfer.stopping import StopMatcher
 
 
+DEFAULT_TOKENS_PER_SEQ = 2048  # sizes the default pool: long-context models would otherwise ask for GBs
+
+
 @dataclass
 class RequestOutput:
     """One sample of a request after a step: the tokens it gained (`new_token_ids`) and everything so far."""
@@ -84,8 +87,8 @@ class LLM:
         if not isinstance(block_size, int) or block_size < 1:
             raise TinyInferError(f"block_size={block_size!r}: must be an integer >= 1 (16 is usual)")
         self.model = model
-        if n_blocks is None:  # as much memory as contiguous slabs of the full context for every slot
-            n_blocks = max_num_seqs * -(-model.config.max_seq_len // block_size)
+        if n_blocks is None:  # room for every slot to hold a full context (up to DEFAULT_TOKENS_PER_SEQ)
+            n_blocks = max_num_seqs * -(-min(model.config.max_seq_len, DEFAULT_TOKENS_PER_SEQ) // block_size)
         self.cache = PagedKVCache(model.config, n_blocks, block_size, model.dtype, model.xp)
         self.scheduler = Scheduler(SchedulerConfig(max_num_seqs, max_num_batched_tokens, chunked_prefill,
                                                    prefix_caching, static), self.cache)
