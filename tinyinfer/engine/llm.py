@@ -79,7 +79,13 @@ class EngineStats:
 
 
 class LLM:
-    """A serving engine around one Model: paged KV cache, prefix caching, continuous batching."""
+    """A serving engine around one Model: paged KV cache, prefix caching, continuous batching.
+
+    block_size: tokens per KV block. n_blocks: blocks in the pool (default: every slot can hold a full
+    context). max_num_seqs: sequences running at once. max_num_batched_tokens: tokens per step (decodes and
+    prefill chunks together). chunked_prefill, prefix_caching: the two optimisations, on by default.
+    static: the static-batching baseline instead of continuous batching.
+    """
 
     def __init__(self, model, *, block_size: int = 16, n_blocks: int | None = None, max_num_seqs: int = 32,
                  max_num_batched_tokens: int = 512, chunked_prefill: bool = True, prefix_caching: bool = True,
