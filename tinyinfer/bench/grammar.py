@@ -317,11 +317,13 @@ def run(args) -> int:
         print(f"{subset:<24}" + "".join(f"{c:>14}" for c in cells))
     step, what = decode_step_seconds()
     print(f"\ndecode step: {step * 1e3:.2f} ms, {what}")
-    print(f"{'engine':<12}{'compile p50':>12}{'p99':>11}{'mask p50':>14}{'p99':>12}{'p50/decode':>12}"
-          f"   invalid examples accepted (all covered schemas)")
+    print(f"{'engine':<12}{'compile p50':>12}{'p99':>11}{'mask p50':>14}{'p99':>12}{'mean':>11}{'p50/decode':>12}"
+          f"{'mean/decode':>12}   invalid examples accepted (all covered schemas)")
     for e in engines:
         s = stats[e.name]
         p50 = float(np.median(s["mask"])) if s["mask"] else float("nan")
-        print(f"{e.name:<12}{percentiles(s['compile'])}  {percentiles(s['mask'])}{p50 / step:>11.1%}"
+        mean = float(np.mean(s["mask"])) if s["mask"] else float("nan")
+        print(f"{e.name:<12}{percentiles(s['compile'])}  {percentiles(s['mask'])}{mean * 1e3:8.3f} ms"
+              f"{p50 / step:>11.1%}{mean / step:>12.1%}"
               f"{s['invalid'][0]:>8} of {s['invalid'][1]} ({len(s['schemas'])} schemas)")
     return 0
