@@ -28,43 +28,42 @@ from tinyinfer.errors import TinyInferError
 
 
 class VocabTrie:
-    """The vocabulary's byte strings as a trie: node 0 is the empty prefix."""
+    """The vocabulary's byte strings as a trie: node 0 is the empty prefix.
+
+    Children are stored flat (compressed sparse rows): node n's children are child_node[child_start[n]:
+    child_start[n + 1]], reached by the bytes child_byte[...] at the same positions."""
 
     def __init__(self, vocab: list[bytes], excluded: set[int]):
-        self.children: list[dict[int, int]] = [{}]
-        self.depth: list[int] = [0]
-        self.parent: list[int] = [-1]
+        children: list[dict[int, int]] = [{}]
+        parent = [-1]
         self.node_of_token = np.zeros(len(vocab), dtype=np.int64)  # token -> trie node (0: never allowed)
         for token_id, data in enumerate(vocab):
             if token_id in excluded or not data:  # special and empty tokens never match grammar text
                 continue
             node = 0
             for byte in data:
-                child = self.children[node].get(byte)
+                child = children[node].get(byte)
                 if child is None:
-                    child = len(self.children)
-                    self.children[node][byte] = child
-                    self.children.append({})
-                    self.depth.append(self.depth[node] + 1)
-                    self.parent.append(node)
+                    child = children[node][byte] = len(children)
+                    children.append({})
+                    parent.append(node)
                 node = child
             self.node_of_token[token_id] = node
-        self.edge_byte = np.zeros(len(self.children), dtype=np.uint8)
-        for node, kids in enumerate(self.children):
-            for byte, child in kids.items():
-                self.edge_byte[child] = byte
+        self.n_nodes = len(children)
+        self.parent = np.array(parent, dtype=np.int64)  # [n_nodes]
+        self.child_start = np.cumsum([0] + [len(kids) for kids in children]).astype(np.int64)  # [n_nodes + 1]
+        self.child_byte = np.array([b for kids in children for b in kids], dtype=np.uint8)  # [n_nodes - 1]
+        self.child_node = np.array([c for kids in children for c in kids.values()], dtype=np.int64)
+        self.edge_byte = np.zeros(self.n_nodes, dtype=np.uint8)  # [n_nodes]: the byte that leads to the node
+        self.edge_byte[self.child_node] = self.child_byte
 
     def prefix(self, node: int) -> bytes:
         """The byte string spelled from the root to `node`."""
         out = []
         while node > 0:
             out.append(int(self.edge_byte[node]))
-            node = self.parent[node]
+            node = int(self.parent[node])
         return bytes(reversed(out))
-
-    @property
-    def n_nodes(self) -> int:
-        return len(self.children)
 
 
 class Vocabulary:
@@ -93,8 +92,9 @@ class TokenMasker:
     def __init__(self, net: Network, vocab: Vocabulary):
         self.parser = ByteParser(net)
         self.vocab_size, self.eos_ids, self.trie = vocab.size, vocab.eos_ids, vocab.trie
-        self._local_cache: dict[int, tuple[np.ndarray, list[int]]] = {}  # view -> (allowed nodes, escapes)
+        self._local_cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # view -> (allowed nodes, escapes)
         self._mask_cache: dict[int, np.ndarray] = {}
+        self._tables: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # state -> _transitions(state)
 
     def mask(self, state: int) -> np.ndarray:
         """Allowed tokens after reaching parser `state` (EOS exactly when the grammar may end)."""
@@ -105,14 +105,18 @@ class TokenMasker:
             if view != DEAD:
                 local = self._local_cache.get(view)
                 if local is None:
-                    local = self._local_cache[view] = self._walk_local(view)
-                allowed_nodes, escapes = local
-                node_ok[allowed_nodes] = True
-                for node in escapes:  # a rule ended inside the token: finish it with the full state
-                    real = self.parser.step_bytes(state, self.trie.prefix(node))
-                    if real != DEAD:
-                        node_ok[node] = True
-                        node_ok[self._walk(real, node)] = True
+                    escapes: list[np.ndarray] = []
+                    allowed = self._walk(np.array([0]), np.array([view]), escapes)
+                    local = self._local_cache[view] = (allowed, np.concatenate(escapes))
+                allowed, escapes = local
+                node_ok[allowed] = True
+                # a rule ended inside these tokens: finish them with the full state
+                starts = [(n, self.parser.step_bytes(state, self.trie.prefix(n))) for n in escapes.tolist()]
+                starts = [(n, s) for n, s in starts if s != DEAD]
+                if starts:
+                    nodes, states = (np.array(column, dtype=np.int64) for column in zip(*starts))
+                    node_ok[nodes] = True
+                    node_ok[self._walk(nodes, states)] = True
             node_ok[0] = False
             cached = node_ok[self.trie.node_of_token]  # [n_nodes] -> [vocab]
             if self.parser.accepts(state):
@@ -120,37 +124,45 @@ class TokenMasker:
             self._mask_cache[state] = cached
         return cached.copy()
 
-    def _walk(self, state: int, start: int, escapes: list[int] | None = None) -> list[int]:
-        """Trie nodes below `start` whose prefix keeps the parser alive from `state`.
+    def _transitions(self, state: int) -> tuple[np.ndarray, np.ndarray]:
+        """For each of the 256 bytes: the next parser state (DEAD if none) and whether it is escaped."""
+        table = self._tables.get(state)
+        if table is None:
+            following = np.full(256, DEAD, dtype=np.int64)  # [256]
+            for byte in self.parser.next_bytes(state):
+                following[byte] = self.parser.step(state, byte)
+            escaped = np.array([s != DEAD and self.parser.escaped(s) for s in following.tolist()])  # [256]
+            table = self._tables[state] = (following, escaped)
+        return table
 
-        With `escapes`, a node whose state is escaped is recorded there instead of walked further."""
+    def _walk(self, nodes: np.ndarray, states: np.ndarray, escapes: list | None = None) -> np.ndarray:
+        """Trie nodes below `nodes` (each reached in parser state `states`) whose prefix keeps the parser
+        alive, walked level by level: all edges out of the frontier at once, one table lookup per state.
+
+        With `escapes`, nodes whose state is escaped are appended there (an array per level) instead."""
         # BEGIN EXERCISE 8.2: walk the vocabulary trie with the parser
-        parser, children = self.parser, self.trie.children
-        allowed: list[int] = []
-        stack = [(start, state)]
-        while stack:
-            node, st = stack.pop()
-            kids, next_bytes = children[node], parser.next_bytes(st)
-            if len(next_bytes) < len(kids):  # iterate over the smaller side
-                pairs = [(b, kids[b]) for b in next_bytes if b in kids]
-            else:
-                pairs = [(b, child) for b, child in kids.items() if b in next_bytes]
-            for byte, child in pairs:
-                nxt = parser.step(st, byte)
-                if nxt == DEAD:
-                    continue
-                if escapes is not None and parser.escaped(nxt):
-                    escapes.append(child)
-                    continue
-                allowed.append(child)
-                stack.append((child, nxt))
-        return allowed
+        trie, allowed = self.trie, []
+        while nodes.size:
+            counts = trie.child_start[nodes + 1] - trie.child_start[nodes]  # [F] children per frontier node
+            before = np.repeat(np.cumsum(counts) - counts, counts)  # [E] index of each edge's first sibling
+            edges = np.repeat(trie.child_start[nodes], counts) + np.arange(before.size) - before  # [E]
+            parents = np.repeat(states, counts)  # [E] parser state before each edge
+            following = np.full(edges.size, DEAD, dtype=np.int64)  # [E]
+            escaped = np.zeros(edges.size, dtype=bool)  # [E]
+            order = np.argsort(parents, kind="stable")  # group the edges by parser state
+            distinct, first = np.unique(parents[order], return_index=True)
+            for state, group in zip(distinct.tolist(), np.split(order, first[1:])):
+                table, table_escaped = self._transitions(state)
+                following[group] = table[trie.child_byte[edges[group]]]
+                escaped[group] = table_escaped[trie.child_byte[edges[group]]]
+            live = following != DEAD
+            if escapes is not None:
+                escapes.append(trie.child_node[edges[live & escaped]])
+                live &= ~escaped
+            nodes, states = trie.child_node[edges[live]], following[live]
+            allowed.append(nodes)
+        return np.concatenate(allowed) if allowed else np.zeros(0, dtype=np.int64)
         # END EXERCISE 8.2
-
-    def _walk_local(self, view: int) -> tuple[np.ndarray, list[int]]:
-        escapes: list[int] = []
-        allowed = self._walk(view, 0, escapes)
-        return np.array(allowed, dtype=np.int64), escapes
 
 
 class Constraint:
