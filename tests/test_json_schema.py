@@ -196,6 +196,8 @@ def test_combinators_enum_const_and_recursive_refs():
                                       {"required": ["a"], "properties": {"a": {"minimum": 0}}}]},
                            [{"a": 1}, {"a": -1}, {}, {"a": "x"}])
     agrees_with_jsonschema({"type": ["string", "null"], "const": None}, [None, "null", 0])
+    agrees_with_jsonschema({"enum": ["a", "bb", 3, 30, {"k": 1}], "maxLength": 1, "maximum": 10},
+                           ["a", "bb", 3, 30, {"k": 1}, "c"])
     agrees_with_jsonschema({"$defs": {"n": {"$anchor": "num", "type": "integer"}}, "items": {"$ref": "#num"},
                             "type": "array"}, [[], [1, 2], [1, "a"]])
 

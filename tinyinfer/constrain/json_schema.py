@@ -25,6 +25,7 @@ import json
 import re
 from urllib.parse import unquote
 
+from tinyinfer.constrain.automaton import compile_grammar
 from tinyinfer.constrain.grammar import (
     EMPTY,
     CharClass,
@@ -49,6 +50,7 @@ from tinyinfer.constrain.json_values import (
     quoted,
     string_not_in,
 )
+from tinyinfer.constrain.parser import ByteParser
 from tinyinfer.constrain.regex import pattern_to_expr
 from tinyinfer.errors import TinyInferError
 
@@ -89,8 +91,9 @@ class _Compiler:
         self.ref_rules: dict[str, str] = {}  # "$ref" string -> rule name
         self.counter = 0
 
-    def grammar(self) -> Grammar:
-        self.rules["root"] = self.expr(self.root, "#")
+    def grammar(self, schema=None, path: str = "#") -> Grammar:
+        """The grammar of the root schema (or of `schema`, a part of it, whose $refs point into the root)."""
+        self.rules["root"] = self.expr(self.root if schema is None else schema, path)
         for name, expr in BASE_RULES.items():
             if name != "root":
                 self.rules.setdefault(name, expr)
@@ -192,13 +195,16 @@ class _Compiler:
         return alt(*(self.expr(b, path) for b in branches))
 
     def constants(self, schema, path: str):
+        """The enum/const values (as compact JSON) that also satisfy the schema's other keywords: those
+        are checked by parsing each value with the grammar of the rest of the schema."""
         values = [schema["const"]] if "const" in schema else list(schema["enum"])
-        if "type" in schema:
-            types = set(_types(schema, path))
-            values = [v for v in values if _json_type(v) in types or (_json_type(v) == "integer" and "number" in types)]
-        if not values:
-            raise schema_error(path, "no value of enum/const matches the schema's type")
         text = [json.dumps(v, separators=(",", ":"), ensure_ascii=False) for v in values]
+        rest = {k: v for k, v in schema.items() if k not in ("enum", "const")}
+        if _constraining(rest):
+            parser = ByteParser(compile_grammar(_Compiler(self.root).grammar(rest, path)))
+            text = [t for t in text if parser.accepts(parser.step_bytes(parser.initial, t.encode()))]
+        if not text:
+            raise schema_error(path, "no value of enum/const satisfies the schema's other keywords")
         return alt(*(Literal(t) for t in text))
 
     def typed(self, kind: str, schema: dict, path: str):
