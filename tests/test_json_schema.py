@@ -188,6 +188,7 @@ def test_combinators_enum_const_and_recursive_refs():
     agrees_with_jsonschema({"anyOf": [{"type": "string", "maxLength": 1}, {"type": "integer", "minimum": 5}]},
                            ["", "a", "ab", 4, 5, None])
     agrees_with_jsonschema({"oneOf": [{"type": "string"}, {"type": "number"}]}, ["a", 1, 2.5, None])
+    agrees_with_jsonschema({"type": "string", "oneOf": [{"maxLength": 0}, {"minLength": 2}]}, ["", "a", "ab"])
     separated = {"type": "object", "oneOf": [{"required": ["a"]}, {"required": ["b"]}]}
     parser, check = parser_of(separated), jsonschema.Draft202012Validator(separated)
     assert accepts(parser, '{"a":1}') and accepts(parser, '{"b":1}') and not accepts(parser, "{}")

@@ -562,6 +562,14 @@ def _value_types(schema) -> set[str] | None:
     return types | {"integer"} if "number" in types else types
 
 
+def _ranges_apart(a: dict, b: dict, types: set[str]) -> bool:
+    """Two string (or number) schemas whose length (or value) ranges do not meet."""
+    low, high = ("minLength", "maxLength") if types == {"string"} else ("minimum", "maximum")
+    if types not in ({"string"}, {"integer"}):
+        return False
+    return any(y.get(high) is not None and x.get(low) is not None and y[high] < x[low] for x, y in ((a, b), (b, a)))
+
+
 def _constants(schema) -> list | None:
     if isinstance(schema, dict) and "const" in schema:
         return [schema["const"]]
@@ -573,6 +581,8 @@ def _constants(schema) -> list | None:
 def _disjoint(a, b) -> bool:
     ta, tb = _value_types(a), _value_types(b)
     if ta is not None and tb is not None and not ta & tb:
+        return True
+    if ta is not None and ta == (tb or set()) and len(ta) == 1 and _ranges_apart(a, b, ta):
         return True
     ca, cb = _constants(a), _constants(b)
     if ca is not None and cb is not None:
