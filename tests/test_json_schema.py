@@ -159,6 +159,10 @@ def test_pattern_properties_matching_every_key_or_closing_the_object():
                             "additionalProperties": False},
                            [{"id": 1}, {"id": 1, "x-a": True}, {"x-ab": False, "x-c": True}, {"x-a": 1},
                             {"id": 1, "y": True}, {"x-": True}])
+    agrees_with_jsonschema({"type": "object", "properties": {"ab": {"type": "integer"}},
+                            "patternProperties": {"^[a-c]+$": {"minimum": 2}}, "additionalProperties": False},
+                           [{}, {"ab": 2}, {"ab": 1}, {"ab": "x"}, {"a": 5}, {"abc": 1}, {"abd": 3}, {"": 3},
+                            {"ab": 3, "ca": 4}, {"a": "s"}])
 
 
 def test_dependencies_as_disjoint_branches():

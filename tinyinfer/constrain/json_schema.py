@@ -70,8 +70,16 @@ MAX_MULTIPLE_OF = 1000  # the divisibility automaton has this many rules at most
 MAX_DEPENDENCIES = 6  # each one doubles the branches
 
 
+class EmptySchemaError(TinyInferError):
+    """A (sub)schema no value satisfies: fatal at the root, but an anyOf/oneOf branch is simply dropped."""
+
+
 def schema_error(path: str, message: str) -> TinyInferError:
     return TinyInferError(f"JSON schema at {path}: {message}")
+
+
+def empty_error(path: str, message: str) -> EmptySchemaError:
+    return EmptySchemaError(f"JSON schema at {path}: {message}")
 
 
 def schema_to_grammar(schema) -> Grammar:
@@ -127,7 +135,11 @@ class _Compiler:
             slug = re.sub(r"[^A-Za-z0-9]+", "-", ref).strip("-") or "root"
             name = self.ref_rules[ref] = f"ref-{slug}-{len(self.ref_rules)}"
             self.rules[name] = EMPTY  # placeholder while compiling, so recursion finds the name
-            self.rules[name] = self.expr(target, ref)
+            try:
+                self.rules[name] = self.expr(target, ref)
+            except TinyInferError:  # never leave the placeholder behind for a caller that carries on
+                del self.rules[name], self.ref_rules[ref]
+                raise
         return name
 
     def deref(self, schema, path: str, depth: int = 0):
@@ -146,7 +158,7 @@ class _Compiler:
         if schema is True or schema == {}:
             return Ref("json-value")
         if schema is False:
-            raise schema_error(path, "schema `false` admits no value")
+            raise empty_error(path, "schema `false` admits no value")
         if not isinstance(schema, dict):
             raise schema_error(path, f"a schema must be an object or a boolean, not {type(schema).__name__}")
         _check_keywords(schema, path)
@@ -170,14 +182,28 @@ class _Compiler:
 
     def union(self, schema, key: str, path: str):
         rest = {k: v for k, v in schema.items() if k != key}
-        branches = list(schema[key])
-        if not branches:
+        if not schema[key]:
             raise schema_error(path, f"{key} is empty")
-        if _constraining(rest):
-            branches = [merge([rest, b], f"{path}/{key}/{i}", self) for i, b in enumerate(branches)]
+        branches, empty = [], None
+        for i, branch in enumerate(schema[key]):
+            try:  # a branch no value satisfies adds nothing to the union: drop it
+                merged = merge([rest, branch], f"{path}/{key}/{i}", self) if _constraining(rest) else branch
+                if key == "oneOf":
+                    merged = self.deref(merged, path)
+                branches.append((i, merged))
+            except EmptySchemaError as e:
+                empty = empty or e
         if key == "oneOf":
-            branches = _separate([self.deref(b, path) for b in branches], f"{path}/oneOf")
-        return alt(*(self.expr(b, f"{path}/{key}/{i}") for i, b in enumerate(branches)))
+            branches = list(zip([i for i, _ in branches], _separate([b for _, b in branches], f"{path}/oneOf")))
+        options = []
+        for i, branch in branches:
+            try:
+                options.append(self.expr(branch, f"{path}/{key}/{i}"))
+            except EmptySchemaError as e:
+                empty = empty or e
+        if not options:
+            raise empty
+        return alt(*options)
 
     def dependencies(self, schema: dict, key: str, path: str):
         """`if property A is present then B (or a schema) holds`, one dependency at a time, as two
@@ -204,7 +230,7 @@ class _Compiler:
             parser = ByteParser(compile_grammar(_Compiler(self.root).grammar(rest, path)))
             text = [t for t in text if parser.accepts(parser.step_bytes(parser.initial, t.encode()))]
         if not text:
-            raise schema_error(path, "no value of enum/const satisfies the schema's other keywords")
+            raise empty_error(path, "no value of enum/const satisfies the schema's other keywords")
         return alt(*(Literal(t) for t in text))
 
     def typed(self, kind: str, schema: dict, path: str):
@@ -238,7 +264,7 @@ class _Compiler:
         if constrained:
             return self.shared(f"format-{fmt}", lambda: format_expr(fmt))
         if hi is not None and hi < lo:
-            raise schema_error(path, f"maxLength {hi} < minLength {lo}")
+            raise empty_error(path, f"maxLength {hi} < minLength {lo}")
         if lo == 0 and hi is None:
             return Ref("json-string")
         return self.shared(f"string-{lo}-{hi}", lambda: quoted(Repeat(Ref("json-char"), lo, hi)))
@@ -251,7 +277,7 @@ class _Compiler:
         if step is not None and not (is_integral(step) and step > 0):
             raise schema_error(path, f"multipleOf {step} is supported only as a positive integer")
         if lo is not None and hi is not None and lo > hi:
-            raise schema_error(path, f"no integer lies between the bounds {lo} and {hi}")
+            raise empty_error(path, f"no integer lies between the bounds {lo} and {hi}")
         if step is None or step == 1:
             return Ref("json-integer") if lo is None and hi is None else int_range(lo, hi)
         return self.multiple(int(step), lo, hi, path)
@@ -291,7 +317,7 @@ class _Compiler:
         try:
             return decimal_range(lo, lo_open, hi, hi_open)
         except ValueError:
-            raise schema_error(path, f"no number lies between the bounds {lo} and {hi}") from None
+            raise empty_error(path, f"no number lies between the bounds {lo} and {hi}") from None
 
     # ------------------------------------------------------------ arrays and objects
     def array(self, schema: dict, path: str):
@@ -310,7 +336,7 @@ class _Compiler:
         elements = [self.expr(s, f"{path}/items/{i}") for i, s in enumerate(prefix)]
         rest_expr = None if rest is False else self.expr(rest, f"{path}/items")
         if lo > len(elements) and rest_expr is None or (hi is not None and hi < lo):
-            raise schema_error(path, f"no array satisfies minItems {lo} here")
+            raise empty_error(path, f"no array satisfies minItems {lo} here")
         return seq(Literal("["), _comma_list(elements, rest_expr, lo, hi), Literal("]"))
 
     def object(self, schema: dict, path: str):
@@ -327,7 +353,7 @@ class _Compiler:
         for key, sub in props.items():
             if sub is False:
                 if key in required:
-                    raise schema_error(path, f"required property {key!r} has schema false")
+                    raise empty_error(path, f"required property {key!r} has schema false")
                 continue
             key_text = json.dumps(key, ensure_ascii=False)
             entries.append(seq(Literal(key_text + ":"), self.expr(sub, f"{path}/properties/{key}")))
@@ -343,7 +369,7 @@ class _Compiler:
                                "and additionalProperties, or as minProperties: 1")
         body = _object_body(entries, required_flags, extra_expr, nonempty, rule=self._object_rule)
         if body is None:
-            raise schema_error(path, "minProperties: 1 but no property is allowed")
+            raise empty_error(path, "minProperties: 1 but no property is allowed")
         return seq(Literal("{"), body, Literal("}"))
 
     def pattern_properties(self, schema: dict, props: dict, extra, path: str):
@@ -364,12 +390,19 @@ class _Compiler:
             raise schema_error(where, "patternProperties is supported for patterns matching every key, or for one "
                                "pattern with additionalProperties: false")
         (pattern, sub), = others.items()
-        if any(_search(pattern, name) for name in props):
-            raise schema_error(where, f"pattern {pattern!r} also matches a declared property; not supported")
         try:
-            key = quoted(json_content(pattern_to_expr(pattern)))
+            key_expr = pattern_to_expr(pattern)
         except TinyInferError as e:
             raise schema_error(where, str(e)) from None
+        matching = [name for name in props if _search(pattern, name)]
+        if not matching:
+            key = quoted(json_content(key_expr))
+        elif isinstance(key_expr, Repeat) and isinstance(key_expr.item, CharClass) and key_expr.max is None:
+            key = string_not_in(list(props), alphabet=key_expr.item, min_length=key_expr.min)
+            props = {k: v if k not in matching or v is False else {"allOf": [v, sub]} for k, v in props.items()}
+        else:
+            raise schema_error(where, f"pattern {pattern!r} also matches a declared property; supported only "
+                               "for a pattern of one repeated character class")
         value = self.expr({"allOf": [sub, *universal]} if universal else sub, f"{where}/{pattern}")
         return props, False, self._object_rule(seq(key, Literal(":"), value))
 
@@ -610,7 +643,7 @@ def merge(parts: list, path: str, compiler: _Compiler) -> dict:
         if part is True:
             continue
         if part is False:
-            raise schema_error(path, "allOf contains schema false: no value is valid")
+            raise empty_error(path, "allOf contains schema false: no value is valid")
         if "allOf" in part:
             nested = merge([{k: v for k, v in part.items() if k != "allOf"}] + list(part["allOf"]), path, compiler)
             part = nested
@@ -630,7 +663,7 @@ def _merge_two(a: dict, b: dict, path: str) -> dict:
             tb = {value} if isinstance(value, str) else set(value)
             both = (ta & tb) | ({"integer"} if ("integer" in ta and "number" in tb) or ("number" in ta and "integer" in tb) else set())
             if not both:
-                raise schema_error(path, f"allOf types {sorted(ta)} and {sorted(tb)} do not intersect")
+                raise empty_error(path, f"allOf types {sorted(ta)} and {sorted(tb)} do not intersect")
             out[key] = sorted(both)
         elif key == "properties":
             merged = dict(mine)
@@ -666,7 +699,7 @@ def _restrict_properties(out: dict, a: dict, b: dict, path: str) -> None:
             if name not in own:
                 if extra is False:
                     if name in out.get("required", []):
-                        raise schema_error(path, f"allOf requires {name!r} but additionalProperties forbids it")
+                        raise empty_error(path, f"allOf requires {name!r} but additionalProperties forbids it")
                     del props[name]
                 else:
                     props[name] = {"allOf": [props[name], extra]}

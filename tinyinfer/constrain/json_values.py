@@ -131,29 +131,42 @@ def format_expr(name: str) -> object:
     return quoted(json_content(regex_to_expr(FORMATS[name])))
 
 
-def string_not_in(names: list[str]) -> object:
-    """A JSON string whose value is none of `names` (used for keys beyond the declared properties)."""
+def string_not_in(names: list[str], alphabet: CharClass | None = None, min_length: int = 0) -> object:
+    """A JSON string whose value is none of `names` (the keys beyond the declared properties).
+
+    With `alphabet`, the value is also made of that class's characters only, at least `min_length` of
+    them: the keys of a pattern `^[class]*$` other than the declared ones."""
     trie: dict = {}
     for name in names:
         node = trie
         for ch in name:
             node = node.setdefault(ch, {})
         node[None] = {}  # end of a name
+    allowed = None if alphabet is None else class_code_points(alphabet)
+    tail = Repeat(Ref("json-char") if alphabet is None else json_content(alphabet), 0, None)
 
-    def rest(node: dict) -> object:
-        chars = [ch for ch in node if ch is not None]
-        options = [] if None in node else [EMPTY]
-        excluded = CharClass(normalize_ranges((ord(c), ord(c)) for c in chars), negated=True)
-        if all(0x20 <= ord(c) < 0x80 and c not in '"\\' for c in chars):  # share rules: a smaller network
-            ascii_part = CharClass(tuple((lo, min(hi, 0x7F)) for lo, hi in class_code_points(excluded) if lo < 0x80))
+    def rest(node: dict, depth: int) -> object:
+        chars = [ch for ch in node if ch is not None and (allowed is None or _in_ranges(ord(ch), allowed))]
+        options = [] if None in node or depth < min_length else [EMPTY]
+        excluded = normalize_ranges((ord(c), ord(c)) for c in chars)
+        if allowed is not None:
+            differs = json_content(CharClass(subtract_ranges(allowed, excluded)))
+        elif all(0x20 <= ord(c) < 0x80 and c not in '"\\' for c in chars):  # share rules: a smaller network
+            ascii_part = CharClass(tuple((lo, min(hi, 0x7F)) for lo, hi in
+                                         class_code_points(CharClass(excluded, negated=True)) if lo < 0x80))
             differs = alt(json_content(ascii_part), Ref("json-non-ascii"))
         else:
-            differs = json_content(excluded)
-        options.append(seq(differs, Repeat(Ref("json-char"), 0, None)))
-        options += [seq(Literal(json_encode_char(ord(ch))), rest(node[ch])) for ch in chars]
+            differs = json_content(CharClass(excluded, negated=True))
+        more = Repeat(tail.item, max(0, min_length - depth - 1), None)
+        options.append(seq(differs, more))
+        options += [seq(Literal(json_encode_char(ord(ch))), rest(node[ch], depth + 1)) for ch in chars]
         return alt(*options)
 
-    return quoted(rest(trie))
+    return quoted(rest(trie, 0))
+
+
+def _in_ranges(cp: int, ranges) -> bool:
+    return any(lo <= cp <= hi for lo, hi in ranges)
 
 
 # ---------------------------------------------------------------- numbers
