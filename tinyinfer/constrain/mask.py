@@ -198,10 +198,6 @@ class Constraint:
             raise TinyInferError(f"token {token_id} is not allowed by the grammar here; sample from allowed_mask()")
         self.state = nxt
 
-    def accepts_bytes(self, data: bytes) -> bool:
-        """Would these bytes keep the output a valid prefix? (No state change.)"""
-        return self.masker.parser.step_bytes(self.state, data) != DEAD
-
     def is_complete(self) -> bool:
         return self.finished or self.masker.parser.accepts(self.state)
 

@@ -175,7 +175,3 @@ class ByteParser:
                 nodes.add(rebuilt)
             view = self._local_views[state] = self._intern(frozenset(nodes)) if nodes else DEAD
         return view
-
-    def size(self) -> tuple[int, int]:
-        """(stack nodes, parser states) interned so far: how much the tables have grown."""
-        return len(self._nodes), len(self._state_nodes)
