@@ -129,6 +129,17 @@ def test_static_batching_is_exact_and_waits_for_the_whole_batch(stories):
     assert_same_as_solo(stories, prompts, params, results)
 
 
+def test_static_batching_under_preemption_is_exact_and_leaks_nothing(stories):
+    rng = np.random.default_rng(8)
+    prompts = [random_prompt(rng, int(n)) for n in rng.integers(2, 20, size=10)]
+    params = mixed_params(rng, len(prompts), max_tokens=30)
+    llm = LLM(stories, block_size=4, n_blocks=24, max_num_seqs=5, static=True, prefix_caching=False)
+    results = llm.generate(prompts, params)
+    assert llm.stats().preemptions > 0
+    assert_same_as_solo(stories, prompts, params, results)
+    assert llm.scheduler.allocator.num_free == 24
+
+
 def test_stop_tokens_and_eos_end_requests_like_solo_runs(stories):
     prompt = [1, 100, 200]
     greedy = solo(stories, prompt, SamplingParams(temperature=0, max_tokens=20, ignore_eos=True))[0]

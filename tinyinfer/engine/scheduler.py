@@ -103,12 +103,13 @@ class Scheduler:
         """Choose this step's sequences and token counts, growing (and if need be preempting) block tables."""
         batch = Batch()
         budget = math.inf if self.config.static else self.config.max_num_batched_tokens  # static: one whole batch
+        self._end_static_batch()
         for seq in list(self.running):  # a copy: preemption removes from the end of the list
+            if seq not in self.running:
+                continue  # preempted earlier in this loop
             if seq.status is Status.FINISHED:
                 batch.add(seq, 0)  # static batching: a finished member's row runs on as padding
                 continue
-            if seq.status is not Status.RUNNING:
-                continue  # preempted earlier in this loop
             n = self._chunk_size(seq, budget, first=not batch.sequences)
             if n == 0:
                 break
@@ -137,12 +138,17 @@ class Scheduler:
             elif seq in self.waiting:
                 self.waiting.remove(seq)
             self._release(seq)
-        if self.config.static and all(s.status is Status.FINISHED for s in self.running):
-            for member in self.running:  # the batch is over
-                self._release(member)
-            self.running.clear()
+        self._end_static_batch()
 
     # -- admission ------------------------------------------------------------------------------------------
+
+    def _end_static_batch(self) -> None:
+        """Static batching: once no member is left running (all finished, or the last one preempted), the
+        batch is over and its padding rows let go of their blocks."""
+        if self.config.static and all(seq.status is Status.FINISHED for seq in self.running):
+            for member in self.running:
+                self._release(member)
+            self.running.clear()
 
     def _may_admit(self) -> bool:
         if self.config.static:
@@ -244,9 +250,12 @@ class Scheduler:
         # END EXERCISE 10.2
 
     def _preempt(self, seq: Sequence) -> None:
-        """Free the sequence's blocks and requeue it first in line; it will be recomputed (never dropped)."""
+        """Free the sequence's blocks and requeue it first in line; it will be recomputed (never dropped).
+        A finished member of a static batch (a padding row) is simply let go: it has nothing left to do."""
         self.running.remove(seq)
         self._release(seq)
+        if seq.status is Status.FINISHED:
+            return
         seq.status = Status.WAITING
         seq.metrics.preemptions += 1
         self.preemptions += 1
