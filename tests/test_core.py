@@ -65,13 +65,16 @@ def test_nonsense_llama2c_header_is_a_clear_error(tmp_path):
 
 
 def test_incremental_decode_equals_full_recompute_on_trained_model():
+    """Equal up to float32 summation order: BLAS sums a 4-row and a 10-row product in different orders, which
+    moves logits of magnitude ~7 by ~1e-5 (transformers' own cached decode differs from its full forward by
+    up to 4e-5 on such models); a cache bug moves them by 1e-2 or more."""
     model = tinyinfer.load(shared_data(STORIES))
     ids = [1, 403, 407, 261, 378, 432, 383, 286, 261, 376]
     full = model.logits(ids)
     cache = model.new_cache(1, len(ids))
     steps = [model.forward([SeqChunk(0, 0, ids[:4])], cache, all_logits=True)]
     steps += [model.forward([SeqChunk(0, t, [ids[t]])], cache) for t in range(4, len(ids))]
-    np.testing.assert_allclose(np.concatenate(steps), full, atol=1e-5)
+    np.testing.assert_allclose(np.concatenate(steps), full, atol=3e-5, rtol=0)
 
 
 def test_prompt_beyond_context_window_is_refused_before_work():

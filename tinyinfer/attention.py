@@ -44,8 +44,9 @@ def softmax(x, axis: int = -1):
     return e / e.sum(axis=axis, keepdims=True)
 
 
-def attention(q, k, v, mask):
-    """Grouped-query attention of n new queries over L keys/values.
+def attention(q, k, v, mask, scale: float | None = None):
+    """Grouped-query attention of n new queries over L keys/values; scores are scaled by `scale`
+    (default 1/sqrt(hd), which keeps their variance near 1 whatever the head size).
 
     q: [n, n_heads, hd], k and v: [n_kv_heads, L, hd], mask: [n, L] -> [n, n_heads * hd]
     """
@@ -54,7 +55,8 @@ def attention(q, k, v, mask):
     n_kv = k.shape[0]
     group = n_heads // n_kv  # query heads per KV head; head h reads KV head h // group
     q = q.transpose(1, 0, 2).reshape(n_kv, group * n, hd)  # [n, H, hd] -> [KV, G*n, hd]
-    scores = q @ k.transpose(0, 2, 1) * hd**-0.5  # [KV, G*n, hd] @ [KV, hd, L] -> [KV, G*n, L]
+    scale = hd**-0.5 if scale is None else scale
+    scores = q @ k.transpose(0, 2, 1) * scale  # [KV, G*n, hd] @ [KV, hd, L] -> [KV, G*n, L]
     scores = scores.reshape(n_kv, group, n, -1) + mask  # [KV, G, n, L], mask broadcast over heads
     weights = softmax(scores).reshape(n_kv, group * n, -1)  # -> [KV, G*n, L]
     out = weights @ v  # [KV, G*n, L] @ [KV, L, hd] -> [KV, G*n, hd]
@@ -80,7 +82,7 @@ def decode_mask(lengths, L: int, window: int | None = None) -> np.ndarray:
     return np.where(visible, 0.0, -np.inf).astype(np.float32)
 
 
-def decode_attention(q, k, v, mask):
+def decode_attention(q, k, v, mask, scale: float | None = None):
     """`attention` for B sequences at once, one query each, over keys padded to a common length L.
 
     One batched matrix product per KV head replaces B small ones: the Python loop over sequences disappears,
@@ -92,7 +94,8 @@ def decode_attention(q, k, v, mask):
     n_kv = k.shape[0]
     group = n_heads // n_kv
     q = q.reshape(B, n_kv, group, hd).transpose(1, 0, 2, 3)  # [B, H, hd] -> [KV, B, G, hd]: head h reads h // G
-    scores = q @ k.transpose(0, 1, 3, 2) * hd**-0.5  # [KV, B, G, hd] @ [KV, B, hd, L] -> [KV, B, G, L]
+    scale = hd**-0.5 if scale is None else scale
+    scores = q @ k.transpose(0, 1, 3, 2) * scale  # [KV, B, G, hd] @ [KV, B, hd, L] -> [KV, B, G, L]
     weights = softmax(scores + mask[None, :, None, :])  # [KV, B, G, L]; padding gets weight exactly 0
     out = weights @ v  # [KV, B, G, L] @ [KV, B, L, hd] -> [KV, B, G, hd]
     return out.transpose(1, 0, 2, 3).reshape(B, n_heads * hd)  # -> [B, KV, G, hd] -> [B, H*hd]

@@ -46,6 +46,8 @@ class Config:
     qk_norm: bool = False  # Qwen3: RMSNorm over each head of q and k before RoPE
     qk_norm_span: str = "head"  # "head" (Qwen3: each head alone) | "full" (OLMoE: the whole projection at once)
     sliding_window: int | None = None
+    attn_scale_weights: bool = True  # GPT-2's scale_attn_weights: divide scores by sqrt(head_dim)
+    attn_scale_inverse_layer: bool = False  # GPT-2's scale_attn_by_inverse_layer_idx: also by (layer + 1)
     layer_types: list[str] = field(default_factory=list)  # per layer "full_attention" | "sliding_attention"
     tie_word_embeddings: bool = False
     bos_token_id: int | None = None
@@ -77,6 +79,11 @@ class Config:
         """Whether layer i's feed-forward is a Mixture-of-Experts (else a dense MLP of width d_ff)."""
         return self.n_experts > 0 and (self.moe_layers is None or layer in self.moe_layers)
 
+    def attention_scale(self, layer: int) -> float:
+        """The factor on layer `layer`'s q.k scores: 1/sqrt(head_dim), unless a GPT-2 config says otherwise."""
+        scale = self.head_dim**-0.5 if self.attn_scale_weights else 1.0
+        return scale / (layer + 1) if self.attn_scale_inverse_layer else scale
+
     def window_of(self, layer: int) -> int | None:
         """How many past positions a layer may attend to (None = the whole context)."""
         return self.sliding_window if self.layer_types[layer] == "sliding_attention" else None
@@ -99,6 +106,8 @@ def _gpt2(c: dict) -> dict:
         max_seq_len=c.get("n_positions", 1024), norm="layernorm", norm_eps=c.get("layer_norm_epsilon", 1e-5),
         activation=_activation(c.get("activation_function", "gelu_new")), mlp="gelu_mlp", position="learned",
         qkv_bias=True, o_bias=True, mlp_bias=True, tie_word_embeddings=True,
+        attn_scale_weights=c.get("scale_attn_weights", True),
+        attn_scale_inverse_layer=c.get("scale_attn_by_inverse_layer_idx", False),
     )
 
 

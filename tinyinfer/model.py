@@ -104,7 +104,7 @@ class Model:
             cache.write(i, chunk.seq_id, chunk.start, k[rows], v[rows])
             keys, values = cache.read(i, chunk.seq_id, end)  # 2 x [KV, end, hd]
             mask = to_device(causal_mask(n, chunk.start, cfg.window_of(i)), self.device)  # [n, end]
-            out[rows] = attention(q[rows], keys, values, mask)  # -> [n, H*hd]
+            out[rows] = attention(q[rows], keys, values, mask, cfg.attention_scale(i))  # -> [n, H*hd]
         return _linear(out, layer, "o")  # [T, H*hd] -> [T, d]
 
     def decode_block(self, i: int, chunks: list[SeqChunk], rows: np.ndarray, q, k, v, out, cache) -> None:
@@ -116,7 +116,7 @@ class Model:
         lengths = np.array(positions) + 1  # [B] each sequence's tokens, the new one included
         keys, values = cache.read_batch(i, seq_ids, lengths)  # 2 x [KV, B, L, hd], padded to the longest
         mask = to_device(decode_mask(lengths, keys.shape[2], self.config.window_of(i)), self.device)  # [B, L]
-        out[rows] = decode_attention(q[rows], keys, values, mask)  # -> [B, H*hd]
+        out[rows] = decode_attention(q[rows], keys, values, mask, self.config.attention_scale(i))  # -> [B, H*hd]
 
     def feed_forward(self, i: int, layer: dict, h):
         """The MLP of layer i: SwiGLU, GPT-2's GELU MLP, or a Mixture-of-Experts (tinyinfer/moe.py).  [T, d] -> [T, d]"""
