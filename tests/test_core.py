@@ -163,6 +163,7 @@ def test_both_config_dialects_give_the_same_rope():
     ({"rope_scaling": {"rope_type": "yarn", "factor": 2.0}}, "rope scaling type 'yarn' is not supported"),
     ({"hidden_act": "relu6"}, "activation 'relu6' is not supported"),
     ({"num_key_value_heads": 3}, "not a multiple of num_key_value_heads=3"),
+    ({"quantization_config": {"quant_method": "gptq", "bits": 4}}, "quantised with 'gptq' are not supported"),
 ])
 def test_bad_configs_name_the_problem(change, message):
     with pytest.raises(TinyInferError, match=message.replace("(", r"\(")):

@@ -241,6 +241,10 @@ def config_from_hf(c: dict) -> Config:
         raise TinyInferError(
             f"config.json: model_type {model_type!r} is not supported; supported: {', '.join(sorted(HF_CONFIG_READERS))}"
         )
+    if c.get("quantization_config"):
+        method = c["quantization_config"].get("quant_method", "unknown")
+        raise TinyInferError(f"config.json: weights quantised with {method!r} are not supported; "
+                             "use an fp32, fp16 or bf16 checkpoint of the model")
     try:
         fields = HF_CONFIG_READERS[model_type](c)
     except KeyError as e:
