@@ -37,6 +37,7 @@ from tinyinfer.constrain.grammar import (
     optional,
     seq,
 )
+from tinyinfer.constrain.json_schema_check import Undecidable, finite_values, satisfies
 from tinyinfer.constrain.json_values import (
     BASE_RULES,
     FORMATS,
@@ -161,6 +162,9 @@ class _Compiler:
             raise empty_error(path, "schema `false` admits no value")
         if not isinstance(schema, dict):
             raise schema_error(path, f"a schema must be an object or a boolean, not {type(schema).__name__}")
+        exact = self.finite(schema, path)
+        if exact is not None:
+            return exact
         _check_keywords(schema, path)
         if "$ref" in schema:
             if not _constraining({k: v for k, v in schema.items() if k != "$ref"}):
@@ -219,6 +223,23 @@ class _Compiler:
         if name not in rest.get("required", []):  # the branch without A: A may not appear at all
             branches.append({**rest, "properties": {**rest.get("properties", {}), name: False}})
         return alt(*(self.expr(b, path) for b in branches))
+
+    def finite(self, schema: dict, path: str):
+        """A schema with finitely many candidate values (an enum/const on every path): the alternation of
+        the candidates that satisfy the *whole* schema, decided value by value (json_schema_check.py), so
+        `not`, `if`, `oneOf`... are exact here. None when not finite, or when a keyword cannot be decided
+        (then the schema is compiled keyword by keyword)."""
+        values = finite_values(schema, lambda ref: self.resolve(ref, path))
+        if values is None:
+            return None
+        try:
+            valid = [v for v in values if satisfies(v, schema, self.root, lambda ref: self.resolve(ref, path))]
+        except Undecidable:
+            return None
+        if not valid:
+            raise empty_error(path, "no value of enum/const satisfies the schema's other keywords")
+        text = dict.fromkeys(json.dumps(v, separators=(",", ":"), ensure_ascii=False) for v in valid)
+        return alt(*(Literal(t) for t in text))
 
     def constants(self, schema, path: str):
         """The enum/const values (as compact JSON) that also satisfy the schema's other keywords: those

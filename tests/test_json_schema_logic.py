@@ -1,0 +1,118 @@
+"""Schema logic compiled exactly: finite schemas decided value by value (`not`, `if`, `oneOf` over enums),
+and each rewrite of a keyword a grammar cannot say directly. Every case: valid examples accepted token by
+token, invalid ones rejected, and random-logit generation always valid for `jsonschema`."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import numpy as np
+import pytest
+
+from tinyinfer.constrain.automaton import compile_grammar
+from tinyinfer.constrain.json_schema import schema_to_grammar
+from tinyinfer.constrain.json_schema_check import equal, finite_values, satisfies
+from tinyinfer.constrain.mask import Constraint, TokenMasker, Vocabulary
+from tinyinfer.errors import TinyInferError
+
+# Every byte, then a few multi-byte tokens that cut across JSON syntax, then EOS.
+TOKENS = [bytes([b]) for b in range(256)] + [b'{"', b'":', b'","', b'"}', b"true", b"null", b"12", b'],"', b"ab"]
+VOCAB = Vocabulary(TOKENS + [b"<eos>"], eos_ids=[len(TOKENS)])
+SEEDS = 8
+
+
+def encode(text: str) -> list[int]:
+    """Greedy longest match over TOKENS."""
+    data, ids, i = text.encode(), [], 0
+    index = {t: n for n, t in enumerate(TOKENS)}
+    while i < len(data):
+        n = next(n for n in (2, 4, 3, 1) if data[i : i + n] in index)
+        ids.append(index[data[i : i + n]])
+        i += n
+    return ids
+
+
+def accepted(masker: TokenMasker, text: str) -> bool:
+    constraint = Constraint(masker)
+    for token in encode(text):
+        if not constraint.allowed_mask()[token]:
+            return False
+        constraint.advance(token)
+    return bool(constraint.allowed_mask()[VOCAB.eos_ids].all())
+
+
+def generated(masker: TokenMasker, seed: int, max_tokens: int = 200) -> str | None:
+    """Uniform draws among the allowed tokens (random logits); None when max_tokens ran out."""
+    rng, constraint, out = np.random.default_rng(seed), Constraint(masker), []
+    for _ in range(max_tokens):
+        allowed = np.flatnonzero(constraint.allowed_mask())
+        token = int(allowed[rng.integers(allowed.size)])
+        if token in VOCAB.eos_ids:
+            return b"".join(out).decode()
+        constraint.advance(token)
+        out.append(TOKENS[token])
+    return None
+
+
+def holds(schema, valid: list, invalid: list) -> None:
+    """Valid values (compact, keys in the order given) accepted, invalid ones rejected, generation valid."""
+    check = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)(schema)
+    masker = TokenMasker(compile_grammar(schema_to_grammar(schema)), VOCAB)
+    for expected, values in ((True, valid), (False, invalid)):
+        for value in values:
+            text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+            assert check.is_valid(value) == expected, (schema, value)  # the examples themselves are right
+            assert accepted(masker, text) == expected, (schema, text)
+    for seed in range(SEEDS):
+        text = generated(masker, seed)
+        if text is not None:
+            assert check.is_valid(json.loads(text)), (schema, text)
+
+
+# ---------------------------------------------------------------- finite schemas
+def test_enum_with_not_if_and_one_of_is_decided_value_by_value():
+    holds({"allOf": [{"enum": [1, 2, 3, "a", [1]]}, {"not": {"type": "integer", "minimum": 2}}]},
+          [1, "a", [1]], [2, 3, 4])
+    holds({"type": "array", "oneOf": [{"enum": [[2], [2, 4], [6]]}, {"enum": [[], [2, 3]]}, {"enum": [[1], [2, 4]]}],
+           "if": {"minItems": 1}, "then": {"minItems": 2, "items": {"multipleOf": 2}}},
+          [[]], [[2, 4], [2], [2, 3], [1]])
+    holds({"enum": [{"a": 1}, {"a": "x"}, {"b": 1}], "not": {"required": ["a"], "properties": {"a": {"type": "string"}}}},
+          [{"a": 1}, {"b": 1}], [{"a": "x"}])
+    holds({"const": 1.0, "not": {"enum": [True]}}, [1.0], [True, 1.5])
+
+
+def test_finite_candidates_and_json_equality():
+    resolve = {"#/$defs/x": {"enum": [1, 2]}}.__getitem__
+    assert finite_values({"anyOf": [{"$ref": "#/$defs/x"}, {"const": 3}]}, resolve) == [1, 2, 3]
+    assert finite_values({"anyOf": [{"$ref": "#/$defs/x"}, {"type": "string"}]}, resolve) is None
+    assert finite_values({"allOf": [{"type": "string"}, {"$ref": "#/$defs/x"}]}, resolve) == [1, 2]
+    assert equal(1, 1.0) and not equal(True, 1) and not equal([True], [1]) and equal({"a": [1]}, {"a": [1.0]})
+    assert not equal("1", 1) and not equal({"a": 1}, {"a": 1, "b": 2})
+
+
+@pytest.mark.parametrize("schema", [
+    {"type": "integer", "multipleOf": 3, "exclusiveMinimum": 1, "maximum": 9},
+    {"type": "number", "multipleOf": 0.5},
+    {"type": "string", "pattern": "^a+$", "minLength": 2, "maxLength": 3},
+    {"type": "array", "prefixItems": [{"type": "integer"}], "items": {"type": "string"}, "uniqueItems": True},
+    {"type": "array", "contains": {"const": 2}, "minContains": 2, "maxContains": 3},
+    {"type": "object", "properties": {"a": {"type": "integer"}}, "patternProperties": {"^b": {"type": "string"}},
+     "additionalProperties": False, "minProperties": 1, "propertyNames": {"maxLength": 2}},
+    {"type": "object", "dependentRequired": {"a": ["b"]}, "dependentSchemas": {"b": {"required": ["c"]}}},
+    {"oneOf": [{"type": "integer"}, {"minimum": 2}], "not": {"const": 0}},
+    {"$schema": "http://json-schema.org/draft-04/schema#", "type": "integer", "minimum": 1, "exclusiveMinimum": True,
+     "dependencies": {"a": ["b"]}},
+])
+def test_checker_agrees_with_jsonschema(schema):
+    values = [None, True, False, 0, 1, 1.0, 1.5, 2, 3, 4, 4.5, 6, 9, 10, -3, "", "a", "aa", "aaa", "aaaa", "ba",
+              [], [1], [1, "x"], [1, "x", "x"], [2, 2], [2, 2, 2, 2], [1, 1], {}, {"a": 1}, {"b": "x"}, {"bb": "x"},
+              {"abc": 1}, {"a": "1"}, {"a": 1, "b": 2}, {"a": 1, "b": 2, "c": 3}, {"b": 1}]
+    check = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)(schema)
+    for value in values:
+        assert satisfies(value, schema, schema, lambda ref: None) == check.is_valid(value), (schema, value)
+
+
+def test_undecidable_keywords_fall_back_to_the_usual_refusal():
+    with pytest.raises(TinyInferError, match="keyword 'not' is not supported"):
+        schema_to_grammar({"enum": ["2024-01-01"], "format": "date", "not": {"const": "x"}})
