@@ -5,6 +5,7 @@ token, invalid ones rejected, and random-logit generation always valid for `json
 from __future__ import annotations
 
 import json
+import re
 
 import jsonschema
 import numpy as np
@@ -57,7 +58,8 @@ def generated(masker: TokenMasker, seed: int, max_tokens: int = 200) -> str | No
 
 def holds(schema, valid: list, invalid: list) -> None:
     """Valid values (compact, keys in the order given) accepted, invalid ones rejected, generation valid."""
-    check = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)(schema)
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    check = cls(schema, format_checker=cls.FORMAT_CHECKER)
     masker = TokenMasker(compile_grammar(schema_to_grammar(schema)), VOCAB)
     for expected, values in ((True, valid), (False, invalid)):
         for value in values:
@@ -113,6 +115,49 @@ def test_checker_agrees_with_jsonschema(schema):
         assert satisfies(value, schema, schema, lambda ref: None) == check.is_valid(value), (schema, value)
 
 
-def test_undecidable_keywords_fall_back_to_the_usual_refusal():
-    with pytest.raises(TinyInferError, match="keyword 'not' is not supported"):
+def test_undecidable_keywords_fall_back_to_keyword_by_keyword_compilation():
+    """`format` may be an annotation or an assertion, so a finite schema with it is not decided by value."""
+    holds({"enum": ["2024-01-01", "x"], "format": "date"}, ["2024-01-01"], ["x", "2024-01-02"])
+    with pytest.raises(TinyInferError, match="'not' excluding strings cannot combine with \\['format'\\]"):
         schema_to_grammar({"enum": ["2024-01-01"], "format": "date", "not": {"const": "x"}})
+
+
+# ---------------------------------------------------------------- not
+def test_not_type_and_not_values():
+    holds({"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}], "not": {"type": "object"}},
+          ["x", [], ["a"]], [{}, 1, [1]])
+    holds({"not": {"type": ["string", "number", "array", "object"]}}, [None, True], ["a", 1, 1.5, [], {}])
+    holds({"type": "string", "minLength": 1, "not": {"enum": ["ab", "a", "abc", 3]}},
+          ["b", "aa", "abd", "abcd", "é", "a\"", "ba"], ["a", "ab", "abc", "", 3])
+    holds({"type": "integer", "not": {"enum": [0, 3, -2]}}, [1, -1, 2, 4, -3, 10], [0, 3, -2, 1.5])
+    holds({"type": ["boolean", "null"], "not": {"const": True}}, [False, None], [True])
+
+
+def test_not_of_bounds_counts_required_and_properties():
+    holds({"type": "integer", "not": {"minimum": 5}}, [4, -7], [5, 6])
+    holds({"not": {"maxLength": 2}}, ["abc"], ["ab", "", 5, None])
+    holds({"type": "array", "not": {"minItems": 2}}, [[], [1]], [[1, 2]])
+    holds({"type": "object", "not": {"propertyNames": False}}, [{"k": 1}], [{}])
+    holds({"type": "object", "properties": {"a": {}, "b": {}}, "additionalProperties": False,
+           "not": {"required": ["a", "b"]}}, [{}, {"a": 1}, {"b": 1}], [{"a": 1, "b": 2}])
+    holds({"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"],
+           "not": {"properties": {"a": {"maximum": 3}}}}, [{"a": 4}], [{"a": 3}, {"a": -1}, {}])
+
+
+def test_not_by_de_morgan_and_double_negation():
+    holds({"type": "integer", "not": {"minimum": 2, "maximum": 5}}, [1, 6, -3], [2, 3, 5])  # outside [2, 5]
+    holds({"type": "string", "not": {"anyOf": [{"const": "a"}, {"maxLength": 0}]}}, ["b", "aa"], ["a", ""])
+    holds({"type": "integer", "allOf": [{"not": {"const": 1}}, {"not": {"const": 2}}]}, [0, 3], [1, 2])
+    holds({"type": "integer", "not": {"not": {"minimum": 0}}}, [0, 7], [-1])
+
+
+@pytest.mark.parametrize("schema, message", [
+    ({"type": "string", "not": {"pattern": "^a"}}, "#/not: the complement of keyword 'pattern'"),
+    ({"type": "number", "not": {"type": "integer"}}, "numbers that are not integers"),
+    ({"not": {"const": [1]}}, "an array other than given ones"),
+    ({"not": {"$ref": "#/$defs/a", "type": "string"}, "$defs": {"a": {}}}, "'$ref' with sibling keywords"),
+    ({"type": "object", "not": {"properties": {"a": {}}, "additionalProperties": False}}, "read each other"),
+])
+def test_inexpressible_complements_are_refused(schema, message):
+    with pytest.raises(TinyInferError, match=re.escape(message)):
+        schema_to_grammar(schema)

@@ -13,8 +13,13 @@ Design:
 - `allOf` is merged into one schema; `anyOf` is an alternation; `oneOf` is an alternation only when the
   branches provably cannot both match (different types, distinct constants, a required key the other
   branch forbids): a grammar cannot say "exactly one".
+- A schema with an enum/const on every path (json_schema_check.finite_values) is the alternation of its
+  candidates that satisfy the *whole* schema, decided value by value: `not`, `if`, `oneOf`... are exact there.
+- `not X` is replaced by X's complement where that is expressible (json_schema_logic.py: other types,
+  the other side of a bound, a missing required key, strings or numbers other than given ones...).
+- An optional property whose schema admits no value is left out (the key then never appears).
 - A keyword the grammar cannot express is refused with TinyInferError naming the keyword and the path
-  (`not`, `if`, `dependencies`, most `patternProperties`, `uniqueItems: true`, `pattern` with a length...). Keywords
+  (`not` of a pattern, `if`, most `patternProperties`, `uniqueItems: true`, `pattern` with a length...). Keywords
   that only annotate (title, description, default, examples, $schema, ...) are ignored, and so are words
   outside the JSON Schema vocabulary, exactly as validators ignore them.
 """
@@ -38,6 +43,7 @@ from tinyinfer.constrain.grammar import (
     seq,
 )
 from tinyinfer.constrain.json_schema_check import Undecidable, finite_values, satisfies
+from tinyinfer.constrain.json_schema_logic import NOT_STRINGS, NotExpressible, negate
 from tinyinfer.constrain.json_values import (
     BASE_RULES,
     FORMATS,
@@ -63,12 +69,13 @@ SUPPORTED = {"type", "enum", "const", "properties", "required", "additionalPrope
              "additionalItems", "minItems", "maxItems", "minLength", "maxLength", "pattern", "format", "minimum",
              "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "anyOf", "oneOf", "allOf", "$ref",
              "minProperties", "maxProperties", "uniqueItems", "patternProperties", "dependencies",
-             "dependentRequired", "dependentSchemas"}
+             "dependentRequired", "dependentSchemas", NOT_STRINGS}
 UNSUPPORTED = {"not", "if", "then", "else", "propertyNames", "unevaluatedProperties", "unevaluatedItems", "contains",
                "minContains", "maxContains", "$dynamicRef", "$dynamicAnchor", "$recursiveRef", "$recursiveAnchor",
                "contentSchema"}
 MAX_MULTIPLE_OF = 1000  # the divisibility automaton has this many rules at most
 MAX_DEPENDENCIES = 6  # each one doubles the branches
+MAX_ANY_OF_PRODUCT = 64  # branches of two merged anyOfs
 
 
 class EmptySchemaError(TinyInferError):
@@ -165,6 +172,8 @@ class _Compiler:
         exact = self.finite(schema, path)
         if exact is not None:
             return exact
+        if "not" in schema:
+            return self.expr(self.without_not(schema, path), path)
         _check_keywords(schema, path)
         if "$ref" in schema:
             if not _constraining({k: v for k, v in schema.items() if k != "$ref"}):
@@ -241,6 +250,16 @@ class _Compiler:
         text = dict.fromkeys(json.dumps(v, separators=(",", ":"), ensure_ascii=False) for v in valid)
         return alt(*(Literal(t) for t in text))
 
+    def without_not(self, schema: dict, path: str):
+        """The schema with `not X` replaced by X's complement (json_schema_logic.py), merged in."""
+        rest = {k: v for k, v in schema.items() if k != "not"}
+        try:
+            complement = negate(schema["not"], lambda ref: self.resolve(ref, path), ANNOTATIONS)
+        except NotExpressible as e:
+            raise schema_error(f"{path}/not", f"the complement of {e} is not expressible as a grammar; "
+                               "rewrite the schema without 'not'") from None
+        return merge([rest, complement], f"{path}/not", self)
+
     def constants(self, schema, path: str):
         """The enum/const values (as compact JSON) that also satisfy the schema's other keywords: those
         are checked by parsing each value with the grammar of the rest of the schema."""
@@ -269,6 +288,10 @@ class _Compiler:
         if fmt in UNSUPPORTED_FORMATS:
             raise schema_error(path, f"format {fmt!r} is not supported (supported: {', '.join(FORMATS)})")
         constrained = [k for k in ("pattern", "format") if k in schema and (k != "format" or fmt in FORMATS)]
+        if NOT_STRINGS in schema:  # (from `not: {enum: [...]}`) any string of lo.. characters but these
+            if constrained or hi is not None:
+                raise schema_error(path, f"'not' excluding strings cannot combine with {constrained or 'maxLength'}")
+            return string_not_in([s for s in schema[NOT_STRINGS] if len(s) >= lo], min_length=lo)
         if "pattern" in schema:
             try:
                 expr = pattern_to_expr(schema["pattern"])
@@ -376,8 +399,13 @@ class _Compiler:
                 if key in required:
                     raise empty_error(path, f"required property {key!r} has schema false")
                 continue
-            key_text = json.dumps(key, ensure_ascii=False)
-            entries.append(seq(Literal(key_text + ":"), self.expr(sub, f"{path}/properties/{key}")))
+            try:
+                value = self.expr(sub, f"{path}/properties/{key}")
+            except EmptySchemaError:  # no value fits: an optional key then never appears
+                if key in required:
+                    raise
+                continue
+            entries.append(seq(Literal(json.dumps(key, ensure_ascii=False) + ":"), value))
             required_flags.append(key in required)
         extra_expr = pattern_extra
         if extra is not False:
@@ -693,12 +721,20 @@ def _merge_two(a: dict, b: dict, path: str) -> dict:
             out[key] = merged
         elif key == "required":
             out[key] = list(dict.fromkeys(list(mine) + list(value)))
-        elif key in ("minLength", "minItems", "minProperties", "minimum"):
+        elif key in ("minLength", "minItems", "minProperties", "minimum") or (
+                key == "exclusiveMinimum" and not isinstance(mine, bool) and not isinstance(value, bool)):
             out[key] = max(mine, value)
-        elif key in ("maxLength", "maxItems", "maxProperties", "maximum"):
+        elif key in ("maxLength", "maxItems", "maxProperties", "maximum") or (
+                key == "exclusiveMaximum" and not isinstance(mine, bool) and not isinstance(value, bool)):
             out[key] = min(mine, value)
         elif key == "enum":
             out[key] = [v for v in mine if v in value]
+        elif key == NOT_STRINGS:
+            out[key] = list(mine) + list(value)
+        elif key == "not":  # not A and not B: not (A or B)
+            out[key] = {"anyOf": [mine, value]}
+        elif key == "anyOf" and len(mine) * len(value) <= MAX_ANY_OF_PRODUCT:  # (A or B) and (C or D): 4 pairs
+            out[key] = [{"allOf": [x, y]} for x in mine for y in value]
         elif key in ("items", "additionalProperties", "additionalItems"):
             out[key] = False if False in (mine, value) else {"allOf": [mine, value]}
         elif mine != value:

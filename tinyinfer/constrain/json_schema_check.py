@@ -22,6 +22,7 @@ from functools import lru_cache
 
 from tinyinfer.constrain.automaton import compile_grammar
 from tinyinfer.constrain.grammar import Grammar
+from tinyinfer.constrain.json_schema_logic import NOT_STRINGS
 from tinyinfer.constrain.parser import ByteParser
 from tinyinfer.constrain.regex import pattern_to_expr
 from tinyinfer.errors import TinyInferError
@@ -259,4 +260,5 @@ _KEYWORDS = {
     "required": _Checker.required, "propertyNames": _Checker.property_names,
     "dependencies": _Checker.dependencies, "dependentRequired": _Checker.dependencies,
     "dependentSchemas": _Checker.dependencies,
+    NOT_STRINGS: lambda self, value, excluded, schema: value not in excluded,
 }

@@ -1,0 +1,127 @@
+"""`not` rewritten into schemas without it, where the complement is exactly expressible.
+
+A schema object is the conjunction of its keywords, so `not {K1, K2}` is `anyOf [not {K1}, not {K2}]`
+(De Morgan), and most single keywords have a plain complement. A keyword about one type (minLength,
+maximum, required...) holds for every value of another type, so its complement is "of that type, and the
+bound fails":
+
+    negate({"type": "string"})          -> {"type": ["null", "boolean", "object", "array", "number"]}
+    negate({"minLength": 3})            -> {"type": "string", "maxLength": 2}
+    negate({"required": ["a", "b"]})    -> {"anyOf": [{"type": "object", "properties": {"a": false}},
+                                                      {"type": "object", "properties": {"b": false}}]}
+    negate({"const": 3})                -> {"anyOf": [{"type": [...all but number]},
+                                                      {"type": "number", "exclusiveMaximum": 3},
+                                                      {"type": "number", "exclusiveMinimum": 3}]}
+
+Strings other than a finite set are said with the private keyword NOT_STRINGS (a key no JSON document can
+hold), which the compiler turns into a trie of the excluded strings. Keywords whose complement a grammar
+cannot say (`pattern`, `multipleOf`, `items`, `uniqueItems`, keywords that read each other such as
+`additionalProperties`) raise NotExpressible, and the caller refuses the schema with the keyword's name.
+"""
+
+from __future__ import annotations
+
+TYPES = ("null", "boolean", "object", "array", "string", "number")  # "integer" lies inside "number"
+NOT_STRINGS = ("not", "strings")  # private keyword: a string, but none of these
+# keyword -> (the type it is about, the keyword that bounds the other side, how the bound moves)
+_COUNTERS = {"minLength": ("string", "maxLength", -1), "maxLength": ("string", "minLength", 1),
+             "minItems": ("array", "maxItems", -1), "maxItems": ("array", "minItems", 1),
+             "minProperties": ("object", "maxProperties", -1), "maxProperties": ("object", "minProperties", 1)}
+_BOUNDS = {"minimum": "exclusiveMaximum", "maximum": "exclusiveMinimum",
+           "exclusiveMinimum": "maximum", "exclusiveMaximum": "minimum"}
+
+
+class NotExpressible(Exception):
+    """The complement of this keyword is not expressible as a grammar; the message names the keyword."""
+
+
+def negate(schema, resolve, annotations) -> dict | bool:
+    """A schema, free of `not` at its top, admitting exactly the values `schema` rejects."""
+    if isinstance(schema, bool):
+        return not schema
+    keywords = {k: v for k, v in schema.items() if k not in annotations}
+    if "$ref" in keywords:  # (its siblings are ignored in drafts 4-7, merged after: refuse the ambiguity)
+        if len(keywords) > 1:
+            raise NotExpressible("'$ref' with sibling keywords")
+        return negate(resolve(keywords["$ref"]), resolve, annotations)
+    if not keywords:
+        return False
+    if len(keywords) > 1:
+        if {"if", "then", "else", "additionalProperties", "additionalItems", "contains"} & keywords.keys():
+            raise NotExpressible(f"{sorted(keywords)} read each other")
+        return {"anyOf": [negate({k: v}, resolve, annotations) for k, v in keywords.items()]}
+    (key, value), = keywords.items()
+    return _negate_keyword(key, value, resolve, annotations)
+
+
+def _negate_keyword(key: str, value, resolve, annotations):
+    if key == "not":
+        return value
+    if key == "type":
+        return _other_types(value)
+    if key in ("const", "enum"):
+        return _not_values([value] if key == "const" else list(value))
+    if key == "allOf":
+        return {"anyOf": [negate(s, resolve, annotations) for s in value]}
+    if key == "anyOf":
+        return {"allOf": [negate(s, resolve, annotations) for s in value]}
+    if key in _COUNTERS:
+        kind, other, step = _COUNTERS[key]
+        bound = value + step
+        return False if bound < 0 else {"type": kind, other: bound}
+    if key in _BOUNDS and not isinstance(value, bool):
+        return {"type": "number", _BOUNDS[key]: value}
+    if key == "required":
+        if not value:
+            return False
+        return {"anyOf": [{"type": "object", "properties": {name: False}} for name in value]}
+    if key == "propertyNames" and value is False:
+        return {"type": "object", "minProperties": 1}
+    if key == "properties":  # some declared property is present with a value its schema rejects
+        return {"anyOf": [{"type": "object", "required": [name], "properties": {name: negate(s, resolve, annotations)}}
+                          for name, s in value.items()]} if value else False
+    raise NotExpressible(f"keyword {key!r}")
+
+
+def _other_types(types) -> dict | bool:
+    """`not {type: ...}`: the remaining types (integers can't be taken out of numbers: 1.0 is one)."""
+    taken = {types} if isinstance(types, str) else set(types)
+    if "integer" in taken and "number" not in taken:
+        raise NotExpressible("keyword 'type' (numbers that are not integers)")
+    rest = [t for t in TYPES if t not in taken]
+    return {"type": rest} if rest else False
+
+
+def _not_values(values: list) -> dict | bool:
+    """Everything but a finite set of values: per type, the type's values minus the excluded ones."""
+    options = []
+    for kind in TYPES:
+        excluded = [v for v in values if _type_of(v) == kind]
+        if not excluded:
+            options.append({"type": kind})
+        elif kind == "null":
+            continue
+        elif kind == "boolean":
+            options += [{"const": b} for b in (True, False) if b not in excluded]
+        elif kind == "string":
+            options.append({"type": "string", NOT_STRINGS: excluded})
+        elif kind == "number":
+            options += _numbers_apart(sorted(set(excluded)))
+        else:
+            raise NotExpressible(f"keyword 'enum'/'const' (an {kind} other than given ones)")
+    return {"anyOf": options} if options else False
+
+
+def _numbers_apart(points: list) -> list[dict]:
+    """The open intervals between excluded numbers: [3, 5] -> (-inf, 3), (3, 5), (5, inf)."""
+    edges = [None, *points, None]
+    return [{"type": "number", **({} if lo is None else {"exclusiveMinimum": lo}),
+             **({} if hi is None else {"exclusiveMaximum": hi})} for lo, hi in zip(edges, edges[1:])]
+
+
+def _type_of(value) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    return {dict: "object", list: "array", str: "string"}.get(type(value), "number")
