@@ -26,7 +26,7 @@ from tinyinfer.backend import cuda_available
 from tinyinfer.errors import TinyInferError
 from tinyinfer.model import Model, SeqChunk, _map_arrays
 from tinyinfer.moe import track_routing
-from tiny_models import ROOT, _import_script, hf_greedy, hf_logits, hf_model, prompt_ids
+from tiny_models import ROOT, _import_script, hf_greedy, hf_logits, hf_model, prompt_ids, tiny_checkpoint  # noqa: F401
 
 make_tiny_moe_models = _import_script(ROOT / "weights_scripts" / "make_tiny_moe_models.py")
 VARIANTS = make_tiny_moe_models.VARIANTS
@@ -303,3 +303,18 @@ def test_gpu_moe_logits_and_routing_match_cpu(moe_checkpoint, name):
     assert (gpu_stats.tokens == cpu_stats.tokens).all()
     assert gpu.generate(ids, max_tokens=16, temperature=0.0, ignore_eos=True).token_ids == \
         cpu.generate(ids, max_tokens=16, temperature=0.0, ignore_eos=True).token_ids
+
+
+def test_bench_moe_prints_both_models_and_the_ratio(moe_checkpoint, tiny_checkpoint, capsys):
+    """The benchmark runs end to end on given models (no timing is asserted, only what it reports)."""
+    from tinyinfer.cli import main
+
+    moe_folder, dense_folder = moe_checkpoint("mixtral"), tiny_checkpoint("llama")
+    assert main(["bench", "moe", "--moe", str(moe_folder), "--dense", str(dense_folder), "--prompt-tokens", "8",
+                 "--tokens", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "mixtral, 0.1M parameters, 0.1M active per token" in out and "llama" in out
+    ratio = out.splitlines()[-1].split()
+    assert ratio[:3] == ["ratio", "moe", "/"] and all(r.endswith("x") and float(r[:-1]) > 0 for r in ratio[-2:])
+    assert main(["bench", "moe", "--moe", str(dense_folder), "--dense", str(dense_folder)]) == 1
+    assert "is a dense model: give a Mixture-of-Experts checkpoint" in capsys.readouterr().err

@@ -13,7 +13,6 @@ config.json dialects (old: `rope_theta`, `torch_dtype`, and `num_experts` where 
 
 Usage:
     python weights_scripts/make_tiny_moe_models.py OUT_DIR [VARIANT ...]   # all variants when none is named
-    python weights_scripts/make_tiny_moe_models.py OUT_DIR --bench-pair    # MoE + dense, equal active params
 """
 
 from __future__ import annotations
@@ -117,35 +116,12 @@ def build_variant(name: str, out_dir: str | Path) -> Path:
     return build_tiny_moe_checkpoint(family, out_dir, **options, **overrides)
 
 
-def build_bench_pair(out_dir: str | Path, d: int = 512, layers: int = 4, experts: int = 8, top_k: int = 2,
-                     expert_width: int = 1024, vocab: int = 8192) -> tuple[Path, Path]:
-    """A Mixtral-shaped random checkpoint and a dense Llama with the same *active* parameters per token (its
-    MLP is as wide as the top_k chosen experts together; only the router's d x E weights differ), for
-    `python -m tinyinfer bench decode --model FOLDER` side by side. transformers' own init is kept: speed
-    does not depend on the values."""
-    out_dir = Path(out_dir)
-    common = dict(vocab_size=vocab, hidden_size=d, num_hidden_layers=layers, num_attention_heads=8,
-                  num_key_value_heads=4, max_position_embeddings=512, tie_word_embeddings=False)
-    configs = {"moe": transformers.MixtralConfig(**common, intermediate_size=expert_width, num_local_experts=experts,
-                                                 num_experts_per_tok=top_k),
-               "dense_same_active": transformers.LlamaConfig(**common, intermediate_size=top_k * expert_width)}
-    torch.manual_seed(0)
-    for name, config in configs.items():
-        transformers.AutoModelForCausalLM.from_config(config).save_pretrained(out_dir / name)
-    return out_dir / "moe", out_dir / "dense_same_active"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out_dir", type=Path, help="a folder per variant is written inside it")
     parser.add_argument("variants", nargs="*", help=f"default: all of {', '.join(VARIANTS)}")
-    parser.add_argument("--bench-pair", action="store_true",
-                        help="instead: a MoE and a dense checkpoint with equal active parameters, for bench decode")
     args = parser.parse_args()
     transformers.utils.logging.disable_progress_bar()
-    if args.bench_pair:
-        print(*build_bench_pair(args.out_dir), sep="\n")
-        return
     for name in args.variants or VARIANTS:
         print(build_variant(name, args.out_dir / name))
 
