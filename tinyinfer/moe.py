@@ -159,9 +159,10 @@ class RoutingStats:
         wide = self.n_experts > max_columns
         head = f"busiest experts (id:tokens), of {self.n_experts}" if wide else " ".join(
             f"{f'e{e}':>5}" for e in range(self.n_experts))
-        lines = [f"routing: {int(self.routed[self.layers[0]]) if self.layers else 0} tokens per layer, "
-                 f"top-{self.top_k} of {self.n_experts} experts; entropy max {np.log2(self.n_experts):.2f} bits",
-                 f"layer | {head} | idle | max/mean | entropy"]
+        tokens = int(self.routed[self.layers[0]]) if self.layers else 0
+        summary = (f"routing: {tokens} tokens per layer, top-{self.top_k} of {self.n_experts} experts; "
+                   f"entropy max {np.log2(self.n_experts):.2f} bits")
+        lines = [summary, f"layer | {head} | idle | max/mean | entropy"]
         for i in self.layers:
             load = self.tokens[i]
             if wide:
