@@ -13,7 +13,7 @@
    need, and against contiguous slabs of the full context for the same sequences.
 
     python -m tinyinfer bench serve                                   # the built-in model
-    python -m tinyinfer bench serve --model path/to/model --requests 64 --concurrency 32
+    python -m tinyinfer bench serve --model path/to/model --requests 128 --concurrency 32
 """
 
 from __future__ import annotations
@@ -67,7 +67,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--model", default=None, help="built-in name, model folder, llama2.c .bin, or HF repo id "
                         "(default: the built-in model)")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    parser.add_argument("--requests", type=int, default=64, help="requests in the workload")
+    parser.add_argument("--requests", type=int, default=128,
+                        help="requests in the workload (several times the concurrency, so the batch is mostly full)")
     parser.add_argument("--concurrency", type=int, default=32, help="sequences the engine runs at once")
     parser.add_argument("--rate", type=float, default=100.0, help="Poisson arrival rate, requests per second")
     parser.add_argument("--prompt-len", default="16:128", help="prompt lengths, uniform in MIN:MAX tokens")
