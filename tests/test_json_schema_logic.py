@@ -161,3 +161,19 @@ def test_not_by_de_morgan_and_double_negation():
 def test_inexpressible_complements_are_refused(schema, message):
     with pytest.raises(TinyInferError, match=re.escape(message)):
         schema_to_grammar(schema)
+
+
+# ---------------------------------------------------------------- oneOf and allOf
+def test_one_of_branches_apart_by_a_required_property_of_disjoint_types():
+    holds({"oneOf": [{"type": "object", "properties": {"p": {"enum": ["x", "y"]}}, "required": ["p"]},
+                     {"type": "object", "properties": {"p": {"type": "object"}}, "required": ["p"]},
+                     {"allOf": [{"$ref": "#/$defs/r"}, {"properties": {"q": {"type": "integer"}}}]}],
+           "$defs": {"r": {"type": "object", "properties": {"p": {"type": "integer"}}, "required": ["p"]}}},
+          [{"p": "x"}, {"p": {}}, {"p": 3, "q": 1}], [{"p": "z"}, {"p": 3, "q": "a"}, {}, {"p": [1]}])
+
+
+def test_all_of_over_recursive_refs_is_one_rule_per_set_of_refs():
+    schema = {"$defs": {"n": {"type": "object", "properties": {"k": {"$ref": "#/$defs/n"}}},
+                        "m": {"type": "object", "properties": {"k": {"$ref": "#/$defs/m"}, "v": {"type": "integer"}}}},
+              "allOf": [{"$ref": "#/$defs/n"}, {"$ref": "#/$defs/m"}]}
+    holds(schema, [{}, {"k": {"k": {"v": 1}}}], [{"k": {"k": {"v": "x"}}}, {"k": 1}])

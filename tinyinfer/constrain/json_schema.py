@@ -92,7 +92,11 @@ def empty_error(path: str, message: str) -> EmptySchemaError:
 
 def schema_to_grammar(schema) -> Grammar:
     """Compile a JSON Schema (a dict or a bool) into a Grammar whose root derives valid instances."""
-    return _Compiler(schema).grammar()
+    try:
+        return _Compiler(schema).grammar()
+    except RecursionError:  # merging recursive schemas (allOf of $refs that recurse) unrolls forever
+        raise TinyInferError("JSON schema at #: allOf (or oneOf) over recursive $refs cannot be merged into "
+                             "one grammar rule; reference the recursive schema once") from None
 
 
 def json_grammar() -> Grammar:
@@ -137,16 +141,19 @@ class _Compiler:
         return node
 
     def ref_rule(self, ref: str, path: str) -> str:
-        name = self.ref_rules.get(ref)
+        return self.named_rule(ref, lambda: self.expr(self.resolve(ref, path), ref))
+
+    def named_rule(self, key: str, build) -> str:
+        """The rule for `key` (a $ref, or a set of $refs to intersect), built once: recursion finds its name."""
+        name = self.ref_rules.get(key)
         if name is None:
-            target = self.resolve(ref, path)
-            slug = re.sub(r"[^A-Za-z0-9]+", "-", ref).strip("-") or "root"
-            name = self.ref_rules[ref] = f"ref-{slug}-{len(self.ref_rules)}"
+            slug = re.sub(r"[^A-Za-z0-9]+", "-", key).strip("-")[:60] or "root"
+            name = self.ref_rules[key] = f"ref-{slug}-{len(self.ref_rules)}"
             self.rules[name] = EMPTY  # placeholder while compiling, so recursion finds the name
             try:
-                self.rules[name] = self.expr(target, ref)
+                self.rules[name] = build()
             except TinyInferError:  # never leave the placeholder behind for a caller that carries on
-                del self.rules[name], self.ref_rules[ref]
+                del self.rules[name], self.ref_rules[key]
                 raise
         return name
 
@@ -180,6 +187,12 @@ class _Compiler:
                 return Ref(self.ref_rule(schema["$ref"], path))
             return self.expr(self.deref(schema, path), path)
         if "allOf" in schema:
+            refs = [part.get("$ref") for part in schema["allOf"] if isinstance(part, dict) and len(part) == 1]
+            if len(refs) == len(schema["allOf"]) and None not in refs and not _constraining(
+                    {k: v for k, v in schema.items() if k != "allOf"}):  # a rule per set of $refs: recursion ends
+                refs = sorted(set(refs))
+                return Ref(self.named_rule("allOf " + " & ".join(refs), lambda: self.expr(
+                    merge([{"$ref": r} for r in refs], path, self), path + "/allOf")))
             parts = [{k: v for k, v in schema.items() if k != "allOf"}] + list(schema["allOf"])
             return self.expr(merge(parts, path, self), path + "/allOf")
         for key in ("anyOf", "oneOf"):
@@ -201,8 +214,11 @@ class _Compiler:
         for i, branch in enumerate(schema[key]):
             try:  # a branch no value satisfies adds nothing to the union: drop it
                 merged = merge([rest, branch], f"{path}/{key}/{i}", self) if _constraining(rest) else branch
-                if key == "oneOf":
+                if key == "oneOf":  # flattened, so that _separate sees the branch's keywords
                     merged = self.deref(merged, path)
+                    if isinstance(merged, dict) and "allOf" in merged:
+                        merged = merge([{k: v for k, v in merged.items() if k != "allOf"}, *merged["allOf"]],
+                                       f"{path}/{key}/{i}", self)
                 branches.append((i, merged))
             except EmptySchemaError as e:
                 empty = empty or e
@@ -671,15 +687,13 @@ def _disjoint(a, b) -> bool:
         return not any(x == y and _json_type(x) == _json_type(y) for x in ca for y in cb)
     if not (isinstance(a, dict) and isinstance(b, dict)):
         return False
-    for x, y in ((a, b), (b, a)):  # x requires a key that y forbids, or both pin it to distinct constants
+    for x, y in ((a, b), (b, a)):  # x requires a key that y forbids, or both require it with disjoint values
         for key in x.get("required", []):
             if y.get("additionalProperties") is False and key not in y.get("properties", {}):
                 return True
             px, py = x.get("properties", {}).get(key), y.get("properties", {}).get(key)
-            if key in y.get("required", []) and px is not None and py is not None:
-                cx, cy = _constants(px), _constants(py)
-                if cx is not None and cy is not None and not any(u == v for u in cx for v in cy):
-                    return True
+            if key in y.get("required", []) and px is not None and py is not None and _disjoint(px, py):
+                return True
     return False
 
 
@@ -687,7 +701,8 @@ def _disjoint(a, b) -> bool:
 def merge(parts: list, path: str, compiler: _Compiler) -> dict:
     """One schema equivalent to allOf(parts), or TinyInferError where tinyinfer cannot merge them."""
     result: dict = {}
-    for part in parts:
+    unique = [part for i, part in enumerate(parts) if part not in parts[:i]]  # A and A is A
+    for part in unique:
         part = compiler.deref(part, path)
         if part is True:
             continue
