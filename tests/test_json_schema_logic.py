@@ -177,3 +177,16 @@ def test_all_of_over_recursive_refs_is_one_rule_per_set_of_refs():
                         "m": {"type": "object", "properties": {"k": {"$ref": "#/$defs/m"}, "v": {"type": "integer"}}}},
               "allOf": [{"$ref": "#/$defs/n"}, {"$ref": "#/$defs/m"}]}
     holds(schema, [{}, {"k": {"k": {"v": 1}}}], [{"k": {"k": {"v": "x"}}}, {"k": 1}])
+
+
+def test_one_of_apart_by_constants_inside_all_of():
+    holds({"type": "object", "properties": {"t": {"type": "string"}}, "required": ["t"], "additionalProperties": False,
+           "oneOf": [{"properties": {"t": {"enum": ["a"]}}}, {"properties": {"t": {"enum": ["b", "c"]}}}]},
+          [{"t": "a"}, {"t": "c"}], [{"t": "d"}, {}])
+
+
+def test_property_counts_with_only_required_declared_properties():
+    holds({"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"],
+           "additionalProperties": {"type": "string"}, "minProperties": 2, "maxProperties": 3},
+          [{"a": 1, "x": "s"}, {"a": 1, "x": "s", "y": "t"}], [{"a": 1}, {"a": 1, "x": "s", "y": "t", "z": "u"}])
+    holds({"type": "object", "maxProperties": 1}, [{}, {"k": [1]}], [{"k": 1, "j": 2}])

@@ -428,10 +428,14 @@ class _Compiler:
             value = self.expr(extra, f"{path}/additionalProperties")
             extra_expr = self._object_rule(seq(string_not_in(list(props)), Literal(":"), value))
         lo, hi = schema.get("minProperties", 0), schema.get("maxProperties")
+        if all(required_flags) and (lo > len(entries) or hi is not None):  # a count of the extra properties
+            if hi is not None and hi < max(lo, len(entries)) or (extra_expr is None and lo > len(entries)):
+                raise empty_error(path, f"no object has {lo}..{hi} properties here")
+            return seq(Literal("{"), _comma_list(entries, extra_expr, max(lo, len(entries)), hi), Literal("}"))
         nonempty = lo > sum(required_flags)  # satisfiable by a grammar only for minProperties: 1
         if (nonempty and lo > 1) or (hi is not None and (extra_expr is not None or hi < len(entries))):
-            raise schema_error(path, "minProperties/maxProperties are supported only when implied by required "
-                               "and additionalProperties, or as minProperties: 1")
+            raise schema_error(path, "minProperties/maxProperties are supported only with no optional declared "
+                               "property, or when implied by required and additionalProperties, or as minProperties: 1")
         body = _object_body(entries, required_flags, extra_expr, nonempty, rule=self._object_rule)
         if body is None:
             raise empty_error(path, "minProperties: 1 but no property is allowed")
@@ -669,10 +673,14 @@ def _ranges_apart(a: dict, b: dict, types: set[str]) -> bool:
 
 
 def _constants(schema) -> list | None:
+    """Values the schema is limited to (a superset of its valid values), or None: const, enum, or an
+    allOf part's."""
     if isinstance(schema, dict) and "const" in schema:
         return [schema["const"]]
     if isinstance(schema, dict) and "enum" in schema:
         return list(schema["enum"])
+    if isinstance(schema, dict) and "allOf" in schema:
+        return next((c for c in map(_constants, schema["allOf"]) if c is not None), None)
     return None
 
 
