@@ -70,6 +70,7 @@ class PagedKVCache:
         return np.asarray(table, dtype=np.int64)[positions // self.block_size], positions % self.block_size
 
     def write(self, layer: int, seq_id: int, start: int, k, v) -> None:
+        """Store k, v [n, KV, hd] at positions start..start+n-1 of the sequence, in the blocks of its table."""
         # BEGIN EXERCISE 9.3: scatter new keys and values into their blocks
         blocks, offsets = self.slots(seq_id, start, start + k.shape[0])  # 2 x [n]
         blocks, offsets = self._on_device(blocks), self._on_device(offsets)
