@@ -118,8 +118,10 @@ def test_checker_agrees_with_jsonschema(schema):
 def test_undecidable_keywords_fall_back_to_keyword_by_keyword_compilation():
     """`format` may be an annotation or an assertion, so a finite schema with it is not decided by value."""
     holds({"enum": ["2024-01-01", "x"], "format": "date"}, ["2024-01-01"], ["x", "2024-01-02"])
-    with pytest.raises(TinyInferError, match="'not' excluding strings cannot combine with \\['format'\\]"):
-        schema_to_grammar({"enum": ["2024-01-01"], "format": "date", "not": {"const": "x"}})
+    holds({"enum": ["2024-01-01", "2024-01-02"], "format": "date", "not": {"const": "2024-01-02"}},
+          ["2024-01-01"], ["2024-01-02", "x"])
+    with pytest.raises(TinyInferError, match="keyword 'if' is not supported"):
+        schema_to_grammar({"enum": ["2024-01-01"], "format": "date", "if": {"const": "x"}, "then": False})
 
 
 # ---------------------------------------------------------------- not
@@ -152,7 +154,8 @@ def test_not_by_de_morgan_and_double_negation():
 
 
 @pytest.mark.parametrize("schema, message", [
-    ({"type": "string", "not": {"pattern": "^a"}}, "#/not: the complement of keyword 'pattern'"),
+    ({"type": "integer", "not": {"multipleOf": 3}}, "#/not: the complement of keyword 'multipleOf'"),
+    ({"type": "string", "pattern": "(a|b)*a(a|b){12}", "maxLength": 40}, "more than 4000 states"),
     ({"type": "number", "not": {"type": "integer"}}, "numbers that are not integers"),
     ({"not": {"const": [1]}}, "an array other than given ones"),
     ({"not": {"$ref": "#/$defs/a", "type": "string"}, "$defs": {"a": {}}}, "'$ref' with sibling keywords"),
@@ -190,3 +193,19 @@ def test_property_counts_with_only_required_declared_properties():
            "additionalProperties": {"type": "string"}, "minProperties": 2, "maxProperties": 3},
           [{"a": 1, "x": "s"}, {"a": 1, "x": "s", "y": "t"}], [{"a": 1}, {"a": 1, "x": "s", "y": "t", "z": "u"}])
     holds({"type": "object", "maxProperties": 1}, [{}, {"k": [1]}], [{"k": 1, "j": 2}])
+
+
+# ---------------------------------------------------------------- strings through automata
+def test_string_automata_intersect_complement_and_bound_lengths():
+    rng = np.random.default_rng(0)
+    words = ["".join(rng.choice(list("ab1.\"é"), size=n)) for n in rng.integers(0, 7, size=150)]
+    for schema in [
+        {"type": "string", "pattern": "^(\\d+\\.\\d+.*)$", "maxLength": 5},
+        {"type": "string", "allOf": [{"pattern": "a"}, {"pattern": "b$"}], "minLength": 3},
+        {"type": "string", "not": {"pattern": "^a*$"}, "maxLength": 4},
+        {"type": "string", "pattern": "1", "not": {"enum": ["1", "a1"]}},
+        {"type": "string", "format": "ipv4", "pattern": "^1"},
+    ]:
+        check = jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker())
+        valid = [w for w in words + ["1.1", "10.0.0.1", "ab", "aab"] if check.is_valid(w)]
+        holds(schema, list(dict.fromkeys(valid)), list(dict.fromkeys(w for w in words if not check.is_valid(w))))

@@ -43,7 +43,7 @@ from tinyinfer.constrain.grammar import (
     seq,
 )
 from tinyinfer.constrain.json_schema_check import Undecidable, finite_values, satisfies
-from tinyinfer.constrain.json_schema_logic import NOT_STRINGS, NotExpressible, negate
+from tinyinfer.constrain.json_schema_logic import ALL_PATTERNS, NOT_PATTERNS, NOT_STRINGS, NotExpressible, negate
 from tinyinfer.constrain.json_values import (
     BASE_RULES,
     FORMATS,
@@ -58,7 +58,8 @@ from tinyinfer.constrain.json_values import (
     string_not_in,
 )
 from tinyinfer.constrain.parser import ByteParser
-from tinyinfer.constrain.regex import pattern_to_expr
+from tinyinfer.constrain.regex import pattern_to_expr, regex_to_expr
+from tinyinfer.constrain.regex_dfa import complement, dfa_of, intersect, length_dfa, to_rules
 from tinyinfer.errors import TinyInferError
 
 TYPES = ("null", "boolean", "object", "array", "string", "number", "integer")
@@ -69,7 +70,7 @@ SUPPORTED = {"type", "enum", "const", "properties", "required", "additionalPrope
              "additionalItems", "minItems", "maxItems", "minLength", "maxLength", "pattern", "format", "minimum",
              "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "anyOf", "oneOf", "allOf", "$ref",
              "minProperties", "maxProperties", "uniqueItems", "patternProperties", "dependencies",
-             "dependentRequired", "dependentSchemas", NOT_STRINGS}
+             "dependentRequired", "dependentSchemas", NOT_STRINGS, NOT_PATTERNS, ALL_PATTERNS}
 UNSUPPORTED = {"not", "if", "then", "else", "propertyNames", "unevaluatedProperties", "unevaluatedItems", "contains",
                "minContains", "maxContains", "$dynamicRef", "$dynamicAnchor", "$recursiveRef", "$recursiveAnchor",
                "contentSchema"}
@@ -303,31 +304,52 @@ class _Compiler:
         fmt = schema.get("format")
         if fmt in UNSUPPORTED_FORMATS:
             raise schema_error(path, f"format {fmt!r} is not supported (supported: {', '.join(FORMATS)})")
-        constrained = [k for k in ("pattern", "format") if k in schema and (k != "format" or fmt in FORMATS)]
-        if NOT_STRINGS in schema:  # (from `not: {enum: [...]}`) any string of lo.. characters but these
-            if constrained or hi is not None:
-                raise schema_error(path, f"'not' excluding strings cannot combine with {constrained or 'maxLength'}")
-            return string_not_in([s for s in schema[NOT_STRINGS] if len(s) >= lo], min_length=lo)
-        if "pattern" in schema:
-            try:
-                expr = pattern_to_expr(schema["pattern"])
-            except TinyInferError as e:
-                raise schema_error(path + "/pattern", str(e)) from None
-            if lo or hi is not None:  # expressible when the pattern is one character class repeated
-                expr = _with_length(expr, lo, hi)
-        if len(constrained) > 1 or (constrained and (lo or hi is not None) and "pattern" not in schema) or (
-                "pattern" in schema and expr is None):
-            raise schema_error(path, f"cannot combine {' with '.join(constrained)} with another string constraint "
-                               "(pattern, format, minLength/maxLength); keep one")
-        if "pattern" in schema:
-            return quoted(json_content(expr))
-        if constrained:
-            return self.shared(f"format-{fmt}", lambda: format_expr(fmt))
         if hi is not None and hi < lo:
             raise empty_error(path, f"maxLength {hi} < minLength {lo}")
+        patterns = ([schema["pattern"]] if "pattern" in schema else []) + list(schema.get(ALL_PATTERNS, []))
+        excluded, unlike = schema.get(NOT_STRINGS, []), schema.get(NOT_PATTERNS, [])
+        languages = [self.pattern(p, path) for p in patterns] + ([regex_to_expr(FORMATS[fmt])] if fmt in FORMATS else [])
+        lengths = bool(lo) or hi is not None
+        if len(languages) + bool(excluded) + bool(unlike) > 1 or unlike or (languages and lengths) or (
+                excluded and hi is not None):
+            if len(patterns) == 1 and not (fmt in FORMATS or excluded or unlike):
+                fitted = _with_length(languages[0], lo, hi)  # `^[class]*$` with a length: no automaton needed
+                if fitted is not None:
+                    return quoted(json_content(fitted))
+            return self.string_automaton(languages, lo, hi, excluded, unlike, path)
+        if patterns:
+            return quoted(json_content(languages[0]))
+        if fmt in FORMATS:
+            return self.shared(f"format-{fmt}", lambda: format_expr(fmt))
+        if excluded:  # (from `not: {enum: [...]}`) any string of lo.. characters but these
+            return string_not_in([s for s in excluded if len(s) >= lo], min_length=lo)
         if lo == 0 and hi is None:
             return Ref("json-string")
         return self.shared(f"string-{lo}-{hi}", lambda: quoted(Repeat(Ref("json-char"), lo, hi)))
+
+    def pattern(self, pattern: str, path: str):
+        try:
+            return pattern_to_expr(pattern)
+        except TinyInferError as e:
+            raise schema_error(path + "/pattern", str(e)) from None
+
+    def string_automaton(self, languages: list, lo: int, hi: int | None, excluded: list, unlike: list, path: str):
+        """Strings in every language, of lo..hi characters, none of `excluded`, matching no pattern of
+        `unlike`: one deterministic automaton (regex_dfa.py) written as rules."""
+        try:
+            automaton = length_dfa(lo, hi)
+            for language in languages:
+                automaton = intersect(automaton, dfa_of(language))
+            for language in [self.pattern(p, path) for p in unlike] + ([alt(*map(Literal, excluded))] if excluded else []):
+                automaton = intersect(automaton, complement(dfa_of(language)))
+            self.counter += 1
+            start, rules = to_rules(automaton, f"str-{self.counter}")
+        except ValueError:
+            raise empty_error(path, "no string satisfies all of the string constraints") from None
+        except TinyInferError as e:
+            raise schema_error(path, str(e)) from None
+        self.rules.update(rules)
+        return quoted(start)
 
     def integer(self, schema: dict, path: str):
         lo, lo_open, hi, hi_open = _bounds(schema, path)
@@ -752,8 +774,10 @@ def _merge_two(a: dict, b: dict, path: str) -> dict:
             out[key] = min(mine, value)
         elif key == "enum":
             out[key] = [v for v in mine if v in value]
-        elif key == NOT_STRINGS:
+        elif key in (NOT_STRINGS, NOT_PATTERNS, ALL_PATTERNS):
             out[key] = list(mine) + list(value)
+        elif key == "pattern":  # both must match
+            out[ALL_PATTERNS] = [*out.get(ALL_PATTERNS, []), value]
         elif key == "not":  # not A and not B: not (A or B)
             out[key] = {"anyOf": [mine, value]}
         elif key == "anyOf" and len(mine) * len(value) <= MAX_ANY_OF_PRODUCT:  # (A or B) and (C or D): 4 pairs

@@ -22,7 +22,7 @@ from functools import lru_cache
 
 from tinyinfer.constrain.automaton import compile_grammar
 from tinyinfer.constrain.grammar import Grammar
-from tinyinfer.constrain.json_schema_logic import NOT_STRINGS
+from tinyinfer.constrain.json_schema_logic import ALL_PATTERNS, NOT_PATTERNS, NOT_STRINGS
 from tinyinfer.constrain.parser import ByteParser
 from tinyinfer.constrain.regex import pattern_to_expr
 from tinyinfer.errors import TinyInferError
@@ -261,4 +261,8 @@ _KEYWORDS = {
     "dependencies": _Checker.dependencies, "dependentRequired": _Checker.dependencies,
     "dependentSchemas": _Checker.dependencies,
     NOT_STRINGS: lambda self, value, excluded, schema: value not in excluded,
+    NOT_PATTERNS: lambda self, value, patterns, schema: not isinstance(value, str) or not any(
+        search(p, value) for p in patterns),
+    ALL_PATTERNS: lambda self, value, patterns, schema: not isinstance(value, str) or all(
+        search(p, value) for p in patterns),
 }

@@ -13,16 +13,20 @@ bound fails":
                                                       {"type": "number", "exclusiveMaximum": 3},
                                                       {"type": "number", "exclusiveMinimum": 3}]}
 
-Strings other than a finite set are said with the private keyword NOT_STRINGS (a key no JSON document can
-hold), which the compiler turns into a trie of the excluded strings. Keywords whose complement a grammar
-cannot say (`pattern`, `multipleOf`, `items`, `uniqueItems`, keywords that read each other such as
+Strings other than a finite set, or not matching a pattern, are said with the private keywords NOT_STRINGS
+and NOT_PATTERNS, which the compiler turns into automata (regex_dfa.py). Keywords whose complement a
+grammar cannot say (`multipleOf`, `items`, `uniqueItems`, keywords that read each other such as
 `additionalProperties`) raise NotExpressible, and the caller refuses the schema with the keyword's name.
 """
 
 from __future__ import annotations
 
 TYPES = ("null", "boolean", "object", "array", "string", "number")  # "integer" lies inside "number"
-NOT_STRINGS = ("not", "strings")  # private keyword: a string, but none of these
+# Private keywords (keys no JSON document can hold): a string, but none of these / matching none of these
+# patterns / matching all of these patterns too (two `pattern`s merged by allOf).
+NOT_STRINGS = ("not", "strings")
+NOT_PATTERNS = ("not", "patterns")
+ALL_PATTERNS = ("all", "patterns")
 # keyword -> (the type it is about, the keyword that bounds the other side, how the bound moves)
 _COUNTERS = {"minLength": ("string", "maxLength", -1), "maxLength": ("string", "minLength", 1),
              "minItems": ("array", "maxItems", -1), "maxItems": ("array", "minItems", 1),
@@ -75,6 +79,8 @@ def _negate_keyword(key: str, value, resolve, annotations):
         if not value:
             return False
         return {"anyOf": [{"type": "object", "properties": {name: False}} for name in value]}
+    if key == "pattern":
+        return {"type": "string", NOT_PATTERNS: [value]}
     if key == "propertyNames" and value is False:
         return {"type": "object", "minProperties": 1}
     if key == "properties":  # some declared property is present with a value its schema rejects
