@@ -209,7 +209,7 @@ def test_combinators_enum_const_and_recursive_refs():
 
 @pytest.mark.parametrize("schema, message", [
     ({"type": "integer", "not": {"multipleOf": 2}}, "complement of keyword 'multipleOf' is not expressible"),
-    ({"properties": {"x": {"patternProperties": {"a": {}}}}}, "at #/properties/x/patternProperties"),
+    ({"properties": {"x": {"patternProperties": {"(?=a)": {}}}}}, "at #/properties/x/patternProperties"),
     ({"type": "object", "if": {"required": ["a"]}}, "keyword 'if' is not supported"),
     ({"oneOf": [{"type": "integer"}, {"minimum": 3}]}, "may both match"),
     ({"type": "string", "format": "ipv6"}, "format 'ipv6' is not supported"),

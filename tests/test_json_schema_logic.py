@@ -209,3 +209,15 @@ def test_string_automata_intersect_complement_and_bound_lengths():
         check = jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker())
         valid = [w for w in words + ["1.1", "10.0.0.1", "ab", "aab"] if check.is_valid(w)]
         holds(schema, list(dict.fromkeys(valid)), list(dict.fromkeys(w for w in words if not check.is_valid(w))))
+
+
+# ---------------------------------------------------------------- patternProperties
+def test_pattern_properties_split_undeclared_keys_by_the_patterns_they_match():
+    holds({"type": "object", "patternProperties": {"^[a-z]{2}$": {"type": "string"}}},
+          [{}, {"en": "x"}, {"eng": 1}, {"e": 1, "fr": "y"}, {"E1": None}], [{"en": 1}, {"fr": "y", "de": 2}])
+    holds({"type": "object", "properties": {"ab": {"type": "integer"}}, "additionalProperties": {"type": "boolean"},
+           "patternProperties": {"a": {"minimum": 0}, "b$": {"maximum": 9}}},
+          [{"ab": 5}, {"a": 0}, {"xb": -3}, {"zz": True}, {"ab": 1, "bab": 9, "q": False}],
+          [{"ab": -1}, {"ab": 10}, {"a": -1}, {"xb": 10}, {"zz": 1}, {"ab": "x"}])
+    holds({"type": "object", "patternProperties": {"^x": {"type": "integer"}}, "additionalProperties": False,
+           "required": ["x1"]}, [{"x1": 1}, {"x1": 2, "xy": 3}], [{}, {"x1": "a"}, {"x1": 1, "y": 2}])

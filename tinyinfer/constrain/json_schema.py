@@ -26,6 +26,7 @@ Design:
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from urllib.parse import unquote
@@ -42,7 +43,7 @@ from tinyinfer.constrain.grammar import (
     optional,
     seq,
 )
-from tinyinfer.constrain.json_schema_check import Undecidable, finite_values, satisfies
+from tinyinfer.constrain.json_schema_check import Undecidable, finite_values, satisfies, search
 from tinyinfer.constrain.json_schema_logic import ALL_PATTERNS, NOT_PATTERNS, NOT_STRINGS, NotExpressible, negate
 from tinyinfer.constrain.json_values import (
     BASE_RULES,
@@ -77,6 +78,7 @@ UNSUPPORTED = {"not", "if", "then", "else", "propertyNames", "unevaluatedPropert
 MAX_MULTIPLE_OF = 1000  # the divisibility automaton has this many rules at most
 MAX_DEPENDENCIES = 6  # each one doubles the branches
 MAX_ANY_OF_PRODUCT = 64  # branches of two merged anyOfs
+MAX_PATTERN_PROPERTIES = 4  # each key pattern doubles the kinds of undeclared keys
 
 
 class EmptySchemaError(TinyInferError):
@@ -425,8 +427,13 @@ class _Compiler:
         props = dict(schema.get("properties", {}))
         required = list(dict.fromkeys(schema.get("required", [])))
         extra = schema.get("additionalProperties", True)
+        patterns = schema.get("patternProperties", {})
+        for pattern in patterns:  # (refused here if outside the regex subset, before any search)
+            self.pattern(pattern, f"{path}/patternProperties")
         for key in required:  # required keys without a declared schema take additionalProperties' schema
-            if key not in props:
+            if key not in props and any(search(p, key) for p in patterns):
+                props[key] = True  # (the matching patterns' schemas are added below)
+            elif key not in props:
                 if extra is False:
                     raise schema_error(path, f"required property {key!r} is forbidden by additionalProperties")
                 props[key] = extra
@@ -466,8 +473,9 @@ class _Compiler:
     def pattern_properties(self, schema: dict, props: dict, extra, path: str):
         """Fold patternProperties into (properties, additionalProperties, extra-key expression or None).
 
-        A pattern that matches every key (`.*`, `^[a-z]*`) adds its schema to every property. Otherwise only
-        one pattern with additionalProperties: false is expressible: extra keys are then the pattern's keys."""
+        A pattern that matches every key (`.*`, `^[a-z]*`) adds its schema to every property. The others
+        add theirs to the declared properties they match; an undeclared key takes the schemas of exactly the
+        patterns it matches (or additionalProperties if none): one key automaton per set of patterns."""
         patterns = schema.get("patternProperties", {})
         universal = [sub for pattern, sub in patterns.items() if _matches_every_key(pattern)]
         others = {pattern: sub for pattern, sub in patterns.items() if not _matches_every_key(pattern)}
@@ -477,25 +485,34 @@ class _Compiler:
         if not others:
             return props, extra, None
         where = f"{path}/patternProperties"
-        if extra is not False or len(others) > 1:
-            raise schema_error(where, "patternProperties is supported for patterns matching every key, or for one "
-                               "pattern with additionalProperties: false")
-        (pattern, sub), = others.items()
-        try:
-            key_expr = pattern_to_expr(pattern)
-        except TinyInferError as e:
-            raise schema_error(where, str(e)) from None
-        matching = [name for name in props if _search(pattern, name)]
-        if not matching:
-            key = quoted(json_content(key_expr))
-        elif isinstance(key_expr, Repeat) and isinstance(key_expr.item, CharClass) and key_expr.max is None:
-            key = string_not_in(list(props), alphabet=key_expr.item, min_length=key_expr.min)
-            props = {k: v if k not in matching or v is False else {"allOf": [v, sub]} for k, v in props.items()}
-        else:
-            raise schema_error(where, f"pattern {pattern!r} also matches a declared property; supported only "
-                               "for a pattern of one repeated character class")
-        value = self.expr({"allOf": [sub, *universal]} if universal else sub, f"{where}/{pattern}")
-        return props, False, self._object_rule(seq(key, Literal(":"), value))
+        if len(others) > MAX_PATTERN_PROPERTIES:
+            raise schema_error(where, f"more than {MAX_PATTERN_PROPERTIES} key patterns are not supported")
+        languages = {pattern: self.pattern(pattern, where) for pattern in others}
+        matched = {name: [sub for pattern, sub in others.items() if search(pattern, name)] for name in props}
+        props = {k: v if v is False or not matched[k] else {"allOf": [v, *matched[k]]} for k, v in props.items()}
+        if extra is False and len(others) == 1 and not any(matched.values()):  # keys: the pattern's strings
+            (pattern, sub), = others.items()
+            value = self.expr({"allOf": [sub, *universal]} if universal else sub, f"{where}/{pattern}")
+            return props, False, self._object_rule(seq(quoted(json_content(languages[pattern])), Literal(":"), value))
+        undeclared = complement(dfa_of(alt(*map(Literal, props)))) if props else length_dfa(0, None)
+        options = []
+        for chosen in itertools.product((True, False), repeat=len(others)):
+            subs = [sub for sub, take in zip(others.values(), chosen) if take]
+            value_schema = {"allOf": [*subs, *universal]} if subs else extra
+            if value_schema is False:
+                continue
+            automaton = undeclared
+            for language, take in zip(languages.values(), chosen):
+                automaton = intersect(automaton, dfa_of(language) if take else complement(dfa_of(language)))
+            try:
+                self.counter += 1
+                start, rules = to_rules(automaton, f"key-{self.counter}")
+                value = self.expr(value_schema, where)
+            except (ValueError, EmptySchemaError):  # no such key, or no value for it
+                continue
+            self.rules.update(rules)
+            options.append(seq(quoted(start), Literal(":"), value))
+        return props, False, self._object_rule(alt(*options)) if options else None
 
     def shared(self, name: str, build) -> Ref:
         """A rule built once and called wherever it recurs (one `maxLength: 1024` string, not fifty)."""
@@ -587,18 +604,17 @@ def _with_length(expr, lo: int, hi: int | None):
     return Repeat(expr.item, bottom, top) if top is None or bottom <= top else None
 
 
-def _search(pattern: str, text: str) -> bool:
-    """Python's re standing in for ECMAScript (ASCII classes); an invalid pattern matches nothing here."""
+def _search_or_refuse(pattern: str, text: str, path: str) -> bool:
     try:
-        return re.search(pattern, text, re.ASCII) is not None
-    except re.error:
-        return False
+        return search(pattern, text)
+    except Undecidable as e:
+        raise schema_error(f"{path}/patternProperties", str(e)) from None
 
 
 def _matches_every_key(pattern: str) -> bool:
     """`.*` or `^[...]*`: with no end anchor they match the empty string at the start, so every key."""
     simple = re.fullmatch(r"\^?\(?\.\*\)?|\^?\[[^\]]*\]\*", pattern) is not None
-    return simple and _search(pattern, "")
+    return simple and search(pattern, "")
 
 
 def _constraining(schema: dict) -> bool:
@@ -798,9 +814,9 @@ def _restrict_properties(out: dict, a: dict, b: dict, path: str) -> None:
         extra = x.get("additionalProperties", True)
         if extra is True:
             continue
-        own = x.get("properties", {})
+        own, patterns = x.get("properties", {}), x.get("patternProperties", {})
         for name in list(props):
-            if name not in own:
+            if name not in own and not any(_search_or_refuse(p, name, path) for p in patterns):
                 if extra is False:
                     if name in out.get("required", []):
                         raise empty_error(path, f"allOf requires {name!r} but additionalProperties forbids it")
