@@ -250,7 +250,19 @@ class _Compiler:
         branches = [merge(parts, f"{path}/{key}/{name}", self)]
         if name not in rest.get("required", []):  # the branch without A: A may not appear at all
             branches.append({**rest, "properties": {**rest.get("properties", {}), name: False}})
-        return alt(*(self.expr(b, path) for b in branches))
+        return self.alt_of_branches(branches, path)
+
+    def alt_of_branches(self, branches: list, path: str):
+        """The alternation of the branches some value satisfies (EmptySchemaError when none)."""
+        options, empty = [], None
+        for branch in branches:
+            try:
+                options.append(self.expr(branch, path))
+            except EmptySchemaError as e:
+                empty = empty or e
+        if not options:
+            raise empty
+        return alt(*options)
 
     def finite(self, schema: dict, path: str):
         """A schema with finitely many candidate values (an enum/const on every path): the alternation of
