@@ -120,8 +120,8 @@ def test_undecidable_keywords_fall_back_to_keyword_by_keyword_compilation():
     holds({"enum": ["2024-01-01", "x"], "format": "date"}, ["2024-01-01"], ["x", "2024-01-02"])
     holds({"enum": ["2024-01-01", "2024-01-02"], "format": "date", "not": {"const": "2024-01-02"}},
           ["2024-01-01"], ["2024-01-02", "x"])
-    with pytest.raises(TinyInferError, match="keyword 'if' is not supported"):
-        schema_to_grammar({"enum": ["2024-01-01"], "format": "date", "if": {"const": "x"}, "then": False})
+    with pytest.raises(TinyInferError, match="#/if: the complement of keyword 'multipleOf'"):
+        schema_to_grammar({"enum": ["2024-01-01"], "format": "date", "if": {"multipleOf": 2}, "then": False})
 
 
 # ---------------------------------------------------------------- not
@@ -221,3 +221,15 @@ def test_pattern_properties_split_undeclared_keys_by_the_patterns_they_match():
           [{"ab": -1}, {"ab": 10}, {"a": -1}, {"xb": 10}, {"zz": 1}, {"ab": "x"}])
     holds({"type": "object", "patternProperties": {"^x": {"type": "integer"}}, "additionalProperties": False,
            "required": ["x1"]}, [{"x1": 1}, {"x1": 2, "xy": 3}], [{}, {"x1": "a"}, {"x1": 1, "y": 2}])
+
+
+# ---------------------------------------------------------------- if/then/else
+def test_if_then_else_as_two_disjoint_cases():
+    holds({"type": "object", "properties": {"kind": {"enum": ["a", "b"]}, "n": {"type": "integer"}},
+           "required": ["kind"], "additionalProperties": False,
+           "if": {"properties": {"kind": {"const": "a"}}}, "then": {"required": ["n"]},
+           "else": {"properties": {"n": False}}},
+          [{"kind": "a", "n": 1}, {"kind": "b"}], [{"kind": "a"}, {"kind": "b", "n": 2}, {"kind": "c"}])
+    holds({"type": "integer", "if": {"minimum": 10}, "then": {"maximum": 12}, "else": {"minimum": 5}},
+          [5, 9, 10, 12], [4, 13, -1])
+    holds({"type": "string", "then": {"maxLength": 1}}, ["abc"], [1])  # then without if: no effect

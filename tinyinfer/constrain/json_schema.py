@@ -16,10 +16,15 @@ Design:
 - A schema with an enum/const on every path (json_schema_check.finite_values) is the alternation of its
   candidates that satisfy the *whole* schema, decided value by value: `not`, `if`, `oneOf`... are exact there.
 - `not X` is replaced by X's complement where that is expressible (json_schema_logic.py: other types,
-  the other side of a bound, a missing required key, strings or numbers other than given ones...).
+  the other side of a bound, a missing required key, strings or numbers other than given ones...), and
+  `if C then T else E` by the disjoint cases `C and T`, `(not C) and E`.
+- String constraints that a single expression cannot hold together (pattern and length, two patterns,
+  pattern and format, not-pattern) are intersected as deterministic automata (regex_dfa.py); so are
+  the keys of `patternProperties`, split by the set of patterns each key matches.
 - An optional property whose schema admits no value is left out (the key then never appears).
 - A keyword the grammar cannot express is refused with TinyInferError naming the keyword and the path
-  (`not` of a pattern, `if`, most `patternProperties`, `uniqueItems: true`, `pattern` with a length...). Keywords
+  (`not` of a multipleOf, `propertyNames`, `uniqueItems: true`, `contains`, `oneOf` with overlapping
+  branches...). Keywords
   that only annotate (title, description, default, examples, $schema, ...) are ignored, and so are words
   outside the JSON Schema vocabulary, exactly as validators ignore them.
 """
@@ -72,7 +77,7 @@ SUPPORTED = {"type", "enum", "const", "properties", "required", "additionalPrope
              "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "anyOf", "oneOf", "allOf", "$ref",
              "minProperties", "maxProperties", "uniqueItems", "patternProperties", "dependencies",
              "dependentRequired", "dependentSchemas", NOT_STRINGS, NOT_PATTERNS, ALL_PATTERNS}
-UNSUPPORTED = {"not", "if", "then", "else", "propertyNames", "unevaluatedProperties", "unevaluatedItems", "contains",
+UNSUPPORTED = {"not", "if", "propertyNames", "unevaluatedProperties", "unevaluatedItems", "contains",
                "minContains", "maxContains", "$dynamicRef", "$dynamicAnchor", "$recursiveRef", "$recursiveAnchor",
                "contentSchema"}
 MAX_MULTIPLE_OF = 1000  # the divisibility automaton has this many rules at most
@@ -184,6 +189,8 @@ class _Compiler:
             return exact
         if "not" in schema:
             return self.expr(self.without_not(schema, path), path)
+        if "if" in schema:
+            return self.expr(self.without_if(schema, path), path)
         _check_keywords(schema, path)
         if "$ref" in schema:
             if not _constraining({k: v for k, v in schema.items() if k != "$ref"}):
@@ -290,6 +297,20 @@ class _Compiler:
             raise schema_error(f"{path}/not", f"the complement of {e} is not expressible as a grammar; "
                                "rewrite the schema without 'not'") from None
         return merge([rest, complement], f"{path}/not", self)
+
+    def without_if(self, schema: dict, path: str):
+        """`if C then T else E` as the two disjoint cases `C and T`, `(not C) and E`."""
+        rest = {k: v for k, v in schema.items() if k not in ("if", "then", "else")}
+        condition, then, otherwise = schema["if"], schema.get("then", True), schema.get("else", True)
+        if then is True and otherwise is True:
+            return rest
+        try:
+            opposite = negate(condition, lambda ref: self.resolve(ref, path), ANNOTATIONS)
+        except NotExpressible as e:
+            raise schema_error(f"{path}/if", f"the complement of {e} is not expressible as a grammar, and "
+                               "if/then/else needs it; rewrite the schema without 'if'") from None
+        cases = {"anyOf": [{"allOf": [condition, then]}, {"allOf": [opposite, otherwise]}]}
+        return merge([rest, cases], f"{path}/if", self)
 
     def constants(self, schema, path: str):
         """The enum/const values (as compact JSON) that also satisfy the schema's other keywords: those
@@ -762,6 +783,8 @@ def merge(parts: list, path: str, compiler: _Compiler) -> dict:
     unique = [part for i, part in enumerate(parts) if part not in parts[:i]]  # A and A is A
     for part in unique:
         part = compiler.deref(part, path)
+        if isinstance(part, dict) and "if" not in part:  # then/else without if have no effect
+            part = {k: v for k, v in part.items() if k not in ("then", "else")}
         if part is True:
             continue
         if part is False:
