@@ -233,3 +233,15 @@ def test_if_then_else_as_two_disjoint_cases():
     holds({"type": "integer", "if": {"minimum": 10}, "then": {"maximum": 12}, "else": {"minimum": 5}},
           [5, 9, 10, 12], [4, 13, -1])
     holds({"type": "string", "then": {"maxLength": 1}}, ["abc"], [1])  # then without if: no effect
+
+
+# ---------------------------------------------------------------- contains
+def test_contains_with_min_and_max_contains():
+    holds({"type": "array", "items": {"type": "integer"}, "contains": {"minimum": 5}},
+          [[5], [1, 7], [9, 1, 2], [6, 6]], [[], [1, 2], ["a", 5], [1, 5, "x"]])
+    holds({"type": "array", "items": {"type": "integer"}, "contains": {"const": 1}, "minContains": 2,
+           "maxContains": 3}, [[1, 1], [1, 2, 1], [0, 1, 1, 1, 0]], [[1], [1, 2], [1, 1, 1, 1], [], [1, 1, "x"]])
+    holds({"type": "array", "contains": {"type": "string"}, "minContains": 0, "maxContains": 1},
+          [[], [1], ["a"], [1, "a", None]], [["a", "b"], [1, "a", "b"]])
+    holds({"type": "array", "not": {"items": {"type": "string"}}}, [[1], ["a", None]], [[], ["a", "b"]])
+    holds({"type": "array", "not": {"contains": {"type": "string"}}}, [[], [1]], [["a"], [1, "b"]])

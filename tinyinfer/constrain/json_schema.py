@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import re
 from urllib.parse import unquote
 
@@ -76,9 +77,9 @@ SUPPORTED = {"type", "enum", "const", "properties", "required", "additionalPrope
              "additionalItems", "minItems", "maxItems", "minLength", "maxLength", "pattern", "format", "minimum",
              "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "anyOf", "oneOf", "allOf", "$ref",
              "minProperties", "maxProperties", "uniqueItems", "patternProperties", "dependencies",
-             "dependentRequired", "dependentSchemas", NOT_STRINGS, NOT_PATTERNS, ALL_PATTERNS}
-UNSUPPORTED = {"not", "if", "propertyNames", "unevaluatedProperties", "unevaluatedItems", "contains",
-               "minContains", "maxContains", "$dynamicRef", "$dynamicAnchor", "$recursiveRef", "$recursiveAnchor",
+             "dependentRequired", "dependentSchemas", "contains", "minContains", "maxContains", NOT_STRINGS,
+             NOT_PATTERNS, ALL_PATTERNS}
+UNSUPPORTED = {"not", "if", "propertyNames", "unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$dynamicAnchor", "$recursiveRef", "$recursiveAnchor",
                "contentSchema"}
 MAX_MULTIPLE_OF = 1000  # the divisibility automaton has this many rules at most
 MAX_DEPENDENCIES = 6  # each one doubles the branches
@@ -448,6 +449,9 @@ class _Compiler:
         else:
             prefix, rest = [], items
         lo, hi = schema.get("minItems", 0), schema.get("maxItems")
+        least, most = (schema.get("minContains", 1), schema.get("maxContains")) if "contains" in schema else (0, None)
+        if least or most is not None:
+            return self.contains(schema, rest, least, most, path)
         if hi is not None:
             prefix = prefix[:hi]
         elements = [self.expr(s, f"{path}/items/{i}") for i, s in enumerate(prefix)]
@@ -455,6 +459,40 @@ class _Compiler:
         if lo > len(elements) and rest_expr is None or (hi is not None and hi < lo):
             raise empty_error(path, f"no array satisfies minItems {lo} here")
         return seq(Literal("["), _comma_list(elements, rest_expr, lo, hi), Literal("]"))
+
+    def contains(self, schema: dict, items, least: int, most: int | None, path: str):
+        """Arrays with least..most items that match `contains` (each item also matching `items`):
+
+            (other ",")* match (("," other)* "," match){least-1..most-1} ("," other)*
+
+        where `other` is any item (no upper count) or an item not matching (an upper count)."""
+        where = f"{path}/contains"
+        if "prefixItems" in schema or isinstance(items, list) or schema.get("maxItems") is not None or (
+                schema.get("minItems", 0) > max(least, 1)):
+            raise schema_error(where, "contains is supported with one `items` schema and no maxItems (nor a "
+                               "minItems above minContains)")
+        if most is not None and most < least:
+            raise empty_error(where, f"maxContains {most} < minContains {least}")
+        match = self.expr(merge([items, schema["contains"]], where, self), where)
+        other_schema = items
+        if most is not None:
+            try:
+                opposite = negate(schema["contains"], lambda ref: self.resolve(ref, path), ANNOTATIONS)
+            except NotExpressible as e:
+                raise schema_error(where, f"maxContains needs the complement of {e}, not expressible") from None
+            other_schema = {"allOf": [items, opposite]}
+        try:
+            other = self.expr(other_schema, f"{path}/items")
+        except EmptySchemaError:  # every item matches
+            other = None
+        before = EMPTY if other is None else Repeat(seq(other, Literal(",")), 0, None)
+        after = EMPTY if other is None else Repeat(seq(Literal(","), other), 0, None)
+        more = seq(after, Literal(","), match)
+        body = seq(before, match, Repeat(more, max(least - 1, 0), None if most is None else most - 1), after)
+        if least == 0:  # (only with maxContains) also arrays with no match at all
+            no_match = EMPTY if other is None else optional(seq(other, after))
+            body = no_match if most == 0 else alt(body, no_match)
+        return seq(Literal("["), body, Literal("]"))
 
     def object(self, schema: dict, path: str):
         props = dict(schema.get("properties", {}))
@@ -827,6 +865,11 @@ def _merge_two(a: dict, b: dict, path: str) -> dict:
             out[key] = [v for v in mine if v in value]
         elif key in (NOT_STRINGS, NOT_PATTERNS, ALL_PATTERNS):
             out[key] = list(mine) + list(value)
+        elif key == "multipleOf" and is_integral(mine) and is_integral(value):  # of both: of their lcm
+            out[key] = math.lcm(int(mine), int(value))
+        elif key == "patternProperties" and "additionalProperties" not in a and "additionalProperties" not in b:
+            out[key] = {p: {"allOf": [mine[p], value[p]]} if p in mine and p in value else mine.get(p, value.get(p))
+                        for p in {**mine, **value}}
         elif key == "pattern":  # both must match
             out[ALL_PATTERNS] = [*out.get(ALL_PATTERNS, []), value]
         elif key == "not":  # not A and not B: not (A or B)

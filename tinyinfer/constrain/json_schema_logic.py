@@ -51,7 +51,8 @@ def negate(schema, resolve, annotations) -> dict | bool:
     if not keywords:
         return False
     if len(keywords) > 1:
-        if {"if", "then", "else", "additionalProperties", "additionalItems", "contains"} & keywords.keys():
+        if {"if", "then", "else", "additionalProperties", "additionalItems", "contains", "prefixItems",
+                "minContains", "maxContains"} & keywords.keys():
             raise NotExpressible(f"{sorted(keywords)} read each other")
         return {"anyOf": [negate({k: v}, resolve, annotations) for k, v in keywords.items()]}
     (key, value), = keywords.items()
@@ -81,6 +82,10 @@ def _negate_keyword(key: str, value, resolve, annotations):
         return {"anyOf": [{"type": "object", "properties": {name: False}} for name in value]}
     if key == "pattern":
         return {"type": "string", NOT_PATTERNS: [value]}
+    if key == "items" and isinstance(value, (dict, bool)):  # some item fails it
+        return {"type": "array", "contains": negate(value, resolve, annotations)}
+    if key == "contains":  # no item matches
+        return {"type": "array", "items": negate(value, resolve, annotations)}
     if key == "propertyNames" and value is False:
         return {"type": "object", "minProperties": 1}
     if key == "properties":  # some declared property is present with a value its schema rejects
