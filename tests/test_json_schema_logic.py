@@ -245,3 +245,15 @@ def test_contains_with_min_and_max_contains():
           [[], [1], ["a"], [1, "a", None]], [["a", "b"], [1, "a", "b"]])
     holds({"type": "array", "not": {"items": {"type": "string"}}}, [[1], ["a", None]], [[], ["a", "b"]])
     holds({"type": "array", "not": {"contains": {"type": "string"}}}, [[], [1]], [["a"], [1, "b"]])
+
+
+# ---------------------------------------------------------------- propertyNames
+def test_property_names_restrict_declared_and_additional_keys():
+    holds({"type": "object", "propertyNames": {"pattern": "^[a-z]+$", "maxLength": 3},
+           "properties": {"abcd": {"type": "integer"}, "ok": {"type": "integer"}}},
+          [{}, {"ok": 1}, {"ok": 1, "xyz": None}, {"q": []}], [{"abcd": 1}, {"ok": "x"}, {"Q": 1}, {"wxyz": 1}])
+    holds({"type": "object", "propertyNames": {"enum": ["a", "b"]}, "patternProperties": {"^b": {"type": "string"}}},
+          [{"a": 1}, {"b": "x"}, {"a": 2, "b": "y"}], [{"c": 1}, {"b": 1}])
+    holds({"type": "object", "propertyNames": False}, [{}], [{"a": 1}])
+    with pytest.raises(TinyInferError, match="#/propertyNames: propertyNames is supported with string keywords"):
+        schema_to_grammar({"type": "object", "propertyNames": {"anyOf": [{"pattern": "a"}]}})

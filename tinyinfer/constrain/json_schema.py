@@ -66,7 +66,7 @@ from tinyinfer.constrain.json_values import (
 )
 from tinyinfer.constrain.parser import ByteParser
 from tinyinfer.constrain.regex import pattern_to_expr, regex_to_expr
-from tinyinfer.constrain.regex_dfa import complement, dfa_of, intersect, length_dfa, to_rules
+from tinyinfer.constrain.regex_dfa import Dfa, accepts, complement, dfa_of, intersect, length_dfa, to_rules
 from tinyinfer.errors import TinyInferError
 
 TYPES = ("null", "boolean", "object", "array", "string", "number", "integer")
@@ -77,10 +77,12 @@ SUPPORTED = {"type", "enum", "const", "properties", "required", "additionalPrope
              "additionalItems", "minItems", "maxItems", "minLength", "maxLength", "pattern", "format", "minimum",
              "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "anyOf", "oneOf", "allOf", "$ref",
              "minProperties", "maxProperties", "uniqueItems", "patternProperties", "dependencies",
-             "dependentRequired", "dependentSchemas", "contains", "minContains", "maxContains", NOT_STRINGS,
+             "dependentRequired", "dependentSchemas", "propertyNames", "contains", "minContains", "maxContains", NOT_STRINGS,
              NOT_PATTERNS, ALL_PATTERNS}
-UNSUPPORTED = {"not", "if", "propertyNames", "unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$dynamicAnchor", "$recursiveRef", "$recursiveAnchor",
-               "contentSchema"}
+UNSUPPORTED = {"not", "if", "unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$dynamicAnchor",
+               "$recursiveRef", "$recursiveAnchor", "contentSchema"}
+STRING_KEYWORDS = {"type", "pattern", "minLength", "maxLength", "format", "enum", "const", NOT_STRINGS, NOT_PATTERNS,
+                   ALL_PATTERNS}
 MAX_MULTIPLE_OF = 1000  # the divisibility automaton has this many rules at most
 MAX_DEPENDENCIES = 6  # each one doubles the branches
 MAX_ANY_OF_PRODUCT = 64  # branches of two merged anyOfs
@@ -352,7 +354,7 @@ class _Compiler:
                 fitted = _with_length(languages[0], lo, hi)  # `^[class]*$` with a length: no automaton needed
                 if fitted is not None:
                     return quoted(json_content(fitted))
-            return self.string_automaton(languages, lo, hi, excluded, unlike, path)
+            return self.string_rules(self.string_dfa(schema, path), path)
         if patterns:
             return quoted(json_content(languages[0]))
         if fmt in FORMATS:
@@ -369,21 +371,32 @@ class _Compiler:
         except TinyInferError as e:
             raise schema_error(path + "/pattern", str(e)) from None
 
-    def string_automaton(self, languages: list, lo: int, hi: int | None, excluded: list, unlike: list, path: str):
-        """Strings in every language, of lo..hi characters, none of `excluded`, matching no pattern of
-        `unlike`: one deterministic automaton (regex_dfa.py) written as rules."""
+    def string_dfa(self, schema: dict, path: str):
+        """The strings satisfying the string keywords of `schema` (length, patterns, format, exclusions) as
+        one deterministic automaton (regex_dfa.py)."""
+        fmt = schema.get("format")
+        if fmt in UNSUPPORTED_FORMATS:
+            raise schema_error(path, f"format {fmt!r} is not supported (supported: {', '.join(FORMATS)})")
+        patterns = ([schema["pattern"]] if "pattern" in schema else []) + list(schema.get(ALL_PATTERNS, []))
+        languages = [self.pattern(p, path) for p in patterns] + ([regex_to_expr(FORMATS[fmt])] if fmt in FORMATS else [])
+        excluded = [alt(*map(Literal, schema[NOT_STRINGS]))] if schema.get(NOT_STRINGS) else []
         try:
-            automaton = length_dfa(lo, hi)
+            automaton = length_dfa(schema.get("minLength", 0), schema.get("maxLength"))
             for language in languages:
                 automaton = intersect(automaton, dfa_of(language))
-            for language in [self.pattern(p, path) for p in unlike] + ([alt(*map(Literal, excluded))] if excluded else []):
+            for language in [self.pattern(p, path) for p in schema.get(NOT_PATTERNS, [])] + excluded:
                 automaton = intersect(automaton, complement(dfa_of(language)))
-            self.counter += 1
-            start, rules = to_rules(automaton, f"str-{self.counter}")
-        except ValueError:
-            raise empty_error(path, "no string satisfies all of the string constraints") from None
         except TinyInferError as e:
             raise schema_error(path, str(e)) from None
+        return automaton
+
+    def string_rules(self, automaton, path: str, prefix: str = "str"):
+        """A JSON string whose value the automaton accepts (EmptySchemaError when it accepts none)."""
+        self.counter += 1
+        try:
+            start, rules = to_rules(automaton, f"{prefix}-{self.counter}")
+        except ValueError:
+            raise empty_error(path, "no string satisfies all of the string constraints") from None
         self.rules.update(rules)
         return quoted(start)
 
@@ -508,7 +521,10 @@ class _Compiler:
                 if extra is False:
                     raise schema_error(path, f"required property {key!r} is forbidden by additionalProperties")
                 props[key] = extra
-        props, extra, pattern_extra = self.pattern_properties(schema, props, extra, path)
+        names = self.property_names(schema.get("propertyNames", True), f"{path}/propertyNames")
+        if names is not None:  # a declared property with a name it rejects never appears
+            props = {k: v if accepts(names, k) else False for k, v in props.items()}
+        props, extra, pattern_extra = self.pattern_properties(schema, props, extra, path, names)
         entries, required_flags = [], []
         for key, sub in props.items():
             if sub is False:
@@ -541,8 +557,28 @@ class _Compiler:
             raise empty_error(path, "minProperties: 1 but no property is allowed")
         return seq(Literal("{"), body, Literal("}"))
 
-    def pattern_properties(self, schema: dict, props: dict, extra, path: str):
-        """Fold patternProperties into (properties, additionalProperties, extra-key expression or None).
+    def property_names(self, names, path: str):
+        """`propertyNames` as an automaton over keys, or None when it admits every key."""
+        if names is True or names == {}:
+            return None
+        if names is False:
+            return Dfa([[]], [False])
+        names = self.deref(names, path)
+        unknown = [k for k in names if k not in STRING_KEYWORDS and k not in ANNOTATIONS]
+        if unknown:
+            raise schema_error(path, f"propertyNames is supported with string keywords only, not {unknown}")
+        if "string" not in _types(names, path):
+            return Dfa([[]], [False])
+        automaton = self.string_dfa(names, path)
+        values = finite_values(names, lambda ref: self.resolve(ref, path))
+        if values is not None:
+            keys = [v for v in values if isinstance(v, str)]
+            automaton = intersect(automaton, dfa_of(alt(*map(Literal, keys)))) if keys else Dfa([[]], [False])
+        return automaton
+
+    def pattern_properties(self, schema: dict, props: dict, extra, path: str, names=None):
+        """Fold patternProperties (and the key automaton `names` of propertyNames) into (properties,
+        additionalProperties, extra-key expression or None).
 
         A pattern that matches every key (`.*`, `^[a-z]*`) adds its schema to every property. The others
         add theirs to the declared properties they match; an undeclared key takes the schemas of exactly the
@@ -553,7 +589,7 @@ class _Compiler:
         if universal:
             props = {k: v if v is False else {"allOf": [v, *universal]} for k, v in props.items()}
             extra = extra if extra is False else {"allOf": [extra, *universal]}
-        if not others:
+        if not others and names is None:
             return props, extra, None
         where = f"{path}/patternProperties"
         if len(others) > MAX_PATTERN_PROPERTIES:
@@ -561,11 +597,13 @@ class _Compiler:
         languages = {pattern: self.pattern(pattern, where) for pattern in others}
         matched = {name: [sub for pattern, sub in others.items() if search(pattern, name)] for name in props}
         props = {k: v if v is False or not matched[k] else {"allOf": [v, *matched[k]]} for k, v in props.items()}
-        if extra is False and len(others) == 1 and not any(matched.values()):  # keys: the pattern's strings
+        if extra is False and len(others) == 1 and not any(matched.values()) and names is None:
             (pattern, sub), = others.items()
             value = self.expr({"allOf": [sub, *universal]} if universal else sub, f"{where}/{pattern}")
             return props, False, self._object_rule(seq(quoted(json_content(languages[pattern])), Literal(":"), value))
         undeclared = complement(dfa_of(alt(*map(Literal, props)))) if props else length_dfa(0, None)
+        if names is not None:
+            undeclared = intersect(undeclared, names)
         options = []
         for chosen in itertools.product((True, False), repeat=len(others)):
             subs = [sub for sub, take in zip(others.values(), chosen) if take]

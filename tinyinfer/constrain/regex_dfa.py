@@ -86,6 +86,16 @@ def intersect(a: Dfa, b: Dfa) -> Dfa:
     return Dfa(edges, accepting)
 
 
+def accepts(d: Dfa, text: str) -> bool:
+    """Run the automaton: accepts(dfa_of(regex_to_expr("a+")), "aa") -> True."""
+    state = 0
+    for ch in text:
+        state = next((t for lo, hi, t in d.edges[state] if lo <= ord(ch) <= hi), None)
+        if state is None:
+            return False
+    return d.accepting[state]
+
+
 def to_rules(d: Dfa, prefix: str) -> tuple[object, dict[str, object]]:
     """(expression for the start, rules) deriving the JSON string *content* of the accepted strings.
     Raises ValueError when no string is accepted."""
