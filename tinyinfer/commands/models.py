@@ -1,8 +1,10 @@
 """`tinyinfer models`: list the built-in models and the checkpoints in the local Hugging Face cache.
 
     $ python -m tinyinfer models
-    built-in (tinyinfer/models):
-      shakespeare         LlamaForCausalLM     2.0M params   4.0 MB
+    built-in (.../tinyinfer/models):
+      shakespeare        LlamaForCausalLM            2.0M params     4.0 MB
+      shakespeare-draft  LlamaForCausalLM            0.2M params   522.8 KB
+      shakespeare-moe    MixtralForCausalLM          2.2M params     4.5 MB
     Hugging Face cache (~/.cache/huggingface/hub):
       HuggingFaceTB/SmolLM2-135M-Instruct  LlamaForCausalLM  134.5M params  269.1 MB
 
