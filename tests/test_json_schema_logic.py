@@ -257,3 +257,13 @@ def test_property_names_restrict_declared_and_additional_keys():
     holds({"type": "object", "propertyNames": False}, [{}], [{"a": 1}])
     with pytest.raises(TinyInferError, match="#/propertyNames: propertyNames is supported with string keywords"):
         schema_to_grammar({"type": "object", "propertyNames": {"anyOf": [{"pattern": "a"}]}})
+
+
+# ---------------------------------------------------------------- uniqueItems
+def test_unique_items_over_a_finite_set_of_values():
+    holds({"type": "array", "items": {"enum": ["a", 1, 1.0, True, None]}, "uniqueItems": True, "minItems": 2},
+          [["a", 1], [True, 1, None], [None, "a", True, 1]], [["a"], ["a", "a"], [1, 1.0], [1, True, 1], []])
+    holds({"type": "array", "items": {"type": "boolean"}, "uniqueItems": True}, [[], [True], [False, True]],
+          [[True, True], [False, True, False]])
+    holds({"type": "array", "items": {"enum": [1, 2, 3]}, "uniqueItems": True, "maxItems": 2}, [[3, 1], []],
+          [[1, 2, 3], [2, 2]])

@@ -49,7 +49,7 @@ from tinyinfer.constrain.grammar import (
     optional,
     seq,
 )
-from tinyinfer.constrain.json_schema_check import Undecidable, finite_values, satisfies, search
+from tinyinfer.constrain.json_schema_check import Undecidable, equal, finite_values, satisfies, search
 from tinyinfer.constrain.json_schema_logic import ALL_PATTERNS, NOT_PATTERNS, NOT_STRINGS, NotExpressible, negate
 from tinyinfer.constrain.json_values import (
     BASE_RULES,
@@ -86,6 +86,7 @@ STRING_KEYWORDS = {"type", "pattern", "minLength", "maxLength", "format", "enum"
 MAX_MULTIPLE_OF = 1000  # the divisibility automaton has this many rules at most
 MAX_DEPENDENCIES = 6  # each one doubles the branches
 MAX_ANY_OF_PRODUCT = 64  # branches of two merged anyOfs
+MAX_UNIQUE_ITEMS = 8  # uniqueItems writes one rule per subset of the item values
 MAX_PATTERN_PROPERTIES = 4  # each key pattern doubles the kinds of undeclared keys
 
 
@@ -452,9 +453,9 @@ class _Compiler:
 
     # ------------------------------------------------------------ arrays and objects
     def array(self, schema: dict, path: str):
-        if schema.get("uniqueItems") and schema.get("maxItems", 2) > 1:
-            raise schema_error(path, "uniqueItems: true is not supported (a grammar cannot compare items)")
         items = schema.get("items", True)
+        if schema.get("uniqueItems") and schema.get("maxItems", 2) > 1:
+            return self.unique_array(schema, items, path)
         if "prefixItems" in schema:
             prefix, rest = list(schema["prefixItems"]), items
         elif isinstance(items, list):
@@ -472,6 +473,43 @@ class _Compiler:
         if lo > len(elements) and rest_expr is None or (hi is not None and hi < lo):
             raise empty_error(path, f"no array satisfies minItems {lo} here")
         return seq(Literal("["), _comma_list(elements, rest_expr, lo, hi), Literal("]"))
+
+    def unique_array(self, schema: dict, items, path: str):
+        """uniqueItems over a finite set of item values: one rule per set of values already written.
+
+            items {"enum": ["a", "b"]} -> "[" ("\"a\"" used-a | "\"b\"" used-b)? "]";  used-a ::= ("," "\"b\"")? ..."""
+        where = f"{path}/uniqueItems"
+        values = None if isinstance(items, list) or "prefixItems" in schema or "contains" in schema else (
+            finite_values(items, lambda ref: self.resolve(ref, path)))
+        if values is None:
+            raise schema_error(where, "uniqueItems: true is supported only for items from a finite set (enum, "
+                               "const, boolean, null) and no prefixItems or contains: a grammar cannot compare items")
+        try:
+            valid = [v for v in values if satisfies(v, items, self.root, lambda ref: self.resolve(ref, path))]
+        except Undecidable as e:
+            raise schema_error(where, f"cannot decide which item values are valid: {e}") from None
+        distinct = [v for i, v in enumerate(valid) if not any(equal(v, w) for w in valid[:i])]
+        if len(distinct) > MAX_UNIQUE_ITEMS:
+            raise schema_error(where, f"uniqueItems over more than {MAX_UNIQUE_ITEMS} possible item values")
+        texts = [json.dumps(v, separators=(",", ":"), ensure_ascii=False) for v in distinct]
+        lo, hi = schema.get("minItems", 0), schema.get("maxItems", len(texts))
+        self.counter += 1
+        name = f"unique-{self.counter}"
+
+        def used(mask: int) -> Ref:  # after writing the values in `mask`
+            rule = f"{name}-{mask}"
+            if rule not in self.rules:
+                self.rules[rule] = EMPTY  # placeholder
+                count = bin(mask).count("1")
+                more = [seq(Literal(","), Literal(t), used(mask | 1 << i)) for i, t in enumerate(texts)
+                        if not mask & 1 << i and count < hi]
+                self.rules[rule] = alt(*more, *([EMPTY] if lo <= count <= hi else []))
+            return Ref(rule)
+
+        first = [seq(Literal(t), used(1 << i)) for i, t in enumerate(texts)] if hi > 0 else []
+        if lo > len(texts) or not (first or lo == 0):
+            raise empty_error(where, f"no {lo} distinct items exist here")
+        return seq(Literal("["), alt(*first, *([EMPTY] if lo == 0 else [])), Literal("]"))
 
     def contains(self, schema: dict, items, least: int, most: int | None, path: str):
         """Arrays with least..most items that match `contains` (each item also matching `items`):

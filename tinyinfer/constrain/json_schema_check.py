@@ -43,6 +43,9 @@ def finite_values(schema, resolve, seen: frozenset = frozenset()) -> list | None
         return [schema["const"]]
     if isinstance(schema.get("enum"), list):
         return list(schema["enum"])
+    types = schema.get("type")
+    if types in ("null", "boolean") or (isinstance(types, list) and set(types) <= {"null", "boolean"}):
+        return [None, True, False]
     parts = [finite_values(s, resolve, seen) for s in schema.get("allOf", [])]
     ref = schema.get("$ref")
     if isinstance(ref, str) and ref not in seen:
