@@ -247,3 +247,24 @@ def test_sharded_checkpoint_loads_like_a_single_file(tmp_path):
     ids = [1, 5, 9, 33, 2]
     np.testing.assert_array_equal(tinyinfer.load(tmp_path / "sharded").logits(ids),
                                   tinyinfer.load(tmp_path / "single").logits(ids))
+
+
+def test_padding_rows_of_the_output_layer_are_never_sampled():
+    """Checkpoints often have more output rows than tokens (Phi-3: 32,064 for 32,011): those ids cannot be
+    decoded, so generation never picks them, greedy or sampled."""
+    model = tinyinfer.load(shared_data(STORIES))
+
+    class FewerTokens:  # the real tokenizer, claiming 300 of the 512 ids
+        def __init__(self, tokenizer):
+            self.tokenizer, self.vocab_size = tokenizer, 300
+
+        def __getattr__(self, name):
+            return getattr(self.tokenizer, name)
+
+    free = model.generate([1], max_tokens=60, temperature=0.0, ignore_eos=True).token_ids
+    assert max(free) >= 300  # the unconstrained model does use ids beyond 300
+    model.tokenizer = FewerTokens(model.tokenizer)
+    assert model.vocab_limit == 300
+    for temperature in (0.0, 1.5):
+        ids = model.generate([1], max_tokens=60, temperature=temperature, seed=0, ignore_eos=True).token_ids
+        assert max(ids) < 300

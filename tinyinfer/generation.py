@@ -217,7 +217,7 @@ def generate(model, prompt, params: SamplingParams | None = None, *, stream: boo
         raise TinyInferError("stop strings need the model's tokenizer to read the text: use stop_token_ids instead")
     make_constraint = _constraint_factory(constraint, params.n)
     streams = [
-        GenerationStream(model, prompt_ids, Sampler(params, prompt_ids, make_constraint(), rng))
+        GenerationStream(model, prompt_ids, Sampler(params, prompt_ids, make_constraint(), rng, model.vocab_limit))
         for rng in sequence_rngs(params.seed, params.n)
     ]
     if not stream:

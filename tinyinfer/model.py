@@ -160,6 +160,13 @@ class Model:
         return generate(self, prompt, *args, **kwargs)
 
     @property
+    def vocab_limit(self) -> int:
+        """How many ids can be sampled: the tokenizer's vocabulary when the output layer has padding rows
+        beyond it (checkpoints round the vocabulary up to a multiple of 64 or so for speed)."""
+        n_tokens = self.tokenizer.vocab_size if self.tokenizer is not None else self.config.vocab_size
+        return min(n_tokens, self.config.vocab_size)
+
+    @property
     def n_params(self) -> int:
         """Number of parameters, a tied LM head counted once (it is the embedding table)."""
         total = sum(array.size for array in _leaves(self.params))

@@ -384,8 +384,10 @@ class Sampler:
         choice = sampler.sample(logits)   # logits [vocab] for the next position; records the token
     """
 
-    def __init__(self, params: SamplingParams, prompt_ids=(), constraint=None, rng: np.random.Generator | None = None):
+    def __init__(self, params: SamplingParams, prompt_ids=(), constraint=None, rng: np.random.Generator | None = None,
+                 vocab_limit: int | None = None):
         self.params = params
+        self.vocab_limit = vocab_limit  # ids from here on are padding rows of the output layer: never sampled
         self.prompt_ids = list(prompt_ids)
         self.output_ids: list[int] = []
         self.constraint = constraint
@@ -394,6 +396,9 @@ class Sampler:
     def process(self, logits):
         """Apply the chain of processors that reshape and truncate the scores (no draw)."""
         p = self.params
+        if self.vocab_limit is not None and self.vocab_limit < logits.shape[-1]:
+            logits = logits.copy()
+            logits[self.vocab_limit:] = -np.inf  # e.g. Phi-3: 32,064 output rows for 32,011 tokens
         if p.logit_bias:
             logits = apply_logit_bias(logits, p.logit_bias)
         if p.repetition_penalty != 1:

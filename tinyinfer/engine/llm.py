@@ -207,7 +207,7 @@ class LLM:
 
     def _new_sequence(self, request_id: str, index: int, prompt_ids: list[int], params: SamplingParams, rng,
                       arrival: float) -> Sequence:
-        seq = Sequence(request_id, next(self._seq_ids), prompt_ids, params, Sampler(params, prompt_ids, rng=rng),
+        seq = Sequence(request_id, next(self._seq_ids), prompt_ids, params, Sampler(params, prompt_ids, rng=rng, vocab_limit=self.model.vocab_limit),
                        stop_ids(self.model, params), RequestMetrics(arrival), index=index)
         if self.model.tokenizer is not None:  # text, shown as whole characters and cut before a stop string
             from tinyinfer.tokenizer import StreamingDetokenizer  # noqa: PLC0415 - models without one skip it
