@@ -37,6 +37,7 @@ class ScriptedModel:
         self.strength = strength
         self.config = SimpleNamespace(vocab_size=tokenizer.vocab_size, eos_token_ids=[EOS], max_seq_len=max_seq_len)
         self.generation_config = {}
+        self.vocab_limit = tokenizer.vocab_size
         self.prompt_len = 0
 
     def new_cache(self, max_seqs=1, max_len=None):
