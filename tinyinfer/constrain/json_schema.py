@@ -10,9 +10,9 @@ Design:
   become recursive grammars.
 - Objects list their properties in the schema's order (required ones always, optional ones maybe), then
   any additional properties, whose keys differ from the declared names. Whitespace is compact.
-- `allOf` is merged into one schema; `anyOf` is an alternation; `oneOf` is an alternation only when the
-  branches provably cannot both match (different types, distinct constants, a required key the other
-  branch forbids): a grammar cannot say "exactly one".
+- `allOf` is merged into one schema (json_schema_merge.py); `anyOf` is an alternation; `oneOf` is an
+  alternation only when the branches provably cannot both match (different types, distinct constants,
+  a required key the other branch forbids): a grammar cannot say "exactly one".
 - A schema with an enum/const on every path (json_schema_check.finite_values) is the alternation of its
   candidates that satisfy the *whole* schema, decided value by value: `not`, `if`, `oneOf`... are exact there.
 - `not X` is replaced by X's complement where that is expressible (json_schema_logic.py: other types,
@@ -20,20 +20,20 @@ Design:
   `if C then T else E` by the disjoint cases `C and T`, `(not C) and E`.
 - String constraints that a single expression cannot hold together (pattern and length, two patterns,
   pattern and format, not-pattern) are intersected as deterministic automata (regex_dfa.py); so are
-  the keys of `patternProperties`, split by the set of patterns each key matches.
-- An optional property whose schema admits no value is left out (the key then never appears).
+  object keys under `patternProperties` (split by the set of patterns each key matches) and `propertyNames`.
+- `contains` counts matching items between the others; `uniqueItems` is exact over a finite set of item
+  values. An optional property whose schema admits no value is left out (the key then never appears).
 - A keyword the grammar cannot express is refused with TinyInferError naming the keyword and the path
-  (`not` of a multipleOf, `propertyNames`, `uniqueItems: true`, `contains`, `oneOf` with overlapping
-  branches...). Keywords
-  that only annotate (title, description, default, examples, $schema, ...) are ignored, and so are words
-  outside the JSON Schema vocabulary, exactly as validators ignore them.
+  (`not` of a multipleOf, `uniqueItems` over open-ended items, `oneOf` with overlapping branches,
+  decimal `multipleOf`...). Keywords that only annotate (title, description, default, examples,
+  $schema, ...) are ignored, and so are words outside the JSON Schema vocabulary, exactly as validators
+  ignore them.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
-import math
 import re
 from urllib.parse import unquote
 
@@ -51,6 +51,14 @@ from tinyinfer.constrain.grammar import (
 )
 from tinyinfer.constrain.json_schema_check import Undecidable, equal, finite_values, satisfies, search
 from tinyinfer.constrain.json_schema_logic import ALL_PATTERNS, NOT_PATTERNS, NOT_STRINGS, NotExpressible, negate
+from tinyinfer.constrain.json_schema_merge import (
+    ANNOTATIONS,
+    EmptySchemaError,
+    empty_error,
+    merge,
+    schema_error,
+    separate,
+)
 from tinyinfer.constrain.json_values import (
     BASE_RULES,
     FORMATS,
@@ -70,9 +78,6 @@ from tinyinfer.constrain.regex_dfa import Dfa, accepts, complement, dfa_of, inte
 from tinyinfer.errors import TinyInferError
 
 TYPES = ("null", "boolean", "object", "array", "string", "number", "integer")
-ANNOTATIONS = {"title", "description", "$schema", "$id", "id", "$comment", "examples", "default", "deprecated",
-               "readOnly", "writeOnly", "contentMediaType", "contentEncoding", "$anchor", "$vocabulary",
-               "$defs", "definitions"}
 SUPPORTED = {"type", "enum", "const", "properties", "required", "additionalProperties", "items", "prefixItems",
              "additionalItems", "minItems", "maxItems", "minLength", "maxLength", "pattern", "format", "minimum",
              "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "anyOf", "oneOf", "allOf", "$ref",
@@ -85,21 +90,8 @@ STRING_KEYWORDS = {"type", "pattern", "minLength", "maxLength", "format", "enum"
                    ALL_PATTERNS}
 MAX_MULTIPLE_OF = 1000  # the divisibility automaton has this many rules at most
 MAX_DEPENDENCIES = 6  # each one doubles the branches
-MAX_ANY_OF_PRODUCT = 64  # branches of two merged anyOfs
 MAX_UNIQUE_ITEMS = 8  # uniqueItems writes one rule per subset of the item values
 MAX_PATTERN_PROPERTIES = 4  # each key pattern doubles the kinds of undeclared keys
-
-
-class EmptySchemaError(TinyInferError):
-    """A (sub)schema no value satisfies: fatal at the root, but an anyOf/oneOf branch is simply dropped."""
-
-
-def schema_error(path: str, message: str) -> TinyInferError:
-    return TinyInferError(f"JSON schema at {path}: {message}")
-
-
-def empty_error(path: str, message: str) -> EmptySchemaError:
-    return EmptySchemaError(f"JSON schema at {path}: {message}")
 
 
 def schema_to_grammar(schema) -> Grammar:
@@ -237,7 +229,7 @@ class _Compiler:
             except EmptySchemaError as e:
                 empty = empty or e
         if key == "oneOf":
-            branches = list(zip([i for i, _ in branches], _separate([b for _, b in branches], f"{path}/oneOf")))
+            branches = list(zip([i for i, _ in branches], separate([b for _, b in branches], f"{path}/oneOf")))
         options = []
         for i, branch in branches:
             try:
@@ -751,13 +743,6 @@ def _with_length(expr, lo: int, hi: int | None):
     return Repeat(expr.item, bottom, top) if top is None or bottom <= top else None
 
 
-def _search_or_refuse(pattern: str, text: str, path: str) -> bool:
-    try:
-        return search(pattern, text)
-    except Undecidable as e:
-        raise schema_error(f"{path}/patternProperties", str(e)) from None
-
-
 def _matches_every_key(pattern: str) -> bool:
     """`.*` or `^[...]*`: with no end anchor they match the empty string at the start, so every key."""
     simple = re.fullmatch(r"\^?\(?\.\*\)?|\^?\[[^\]]*\]\*", pattern) is not None
@@ -766,16 +751,6 @@ def _matches_every_key(pattern: str) -> bool:
 
 def _constraining(schema: dict) -> bool:
     return any(k in SUPPORTED or k in UNSUPPORTED for k in schema)
-
-
-def _json_type(value) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int) or (isinstance(value, float) and value.is_integer()):
-        return "integer"
-    return {float: "number", str: "string", list: "array", dict: "object"}[type(value)]
 
 
 def _types(schema: dict, path: str) -> list[str]:
@@ -810,172 +785,3 @@ def _bounds(schema: dict, path: str):
     return lo, lo_open, hi, hi_open
 
 
-def _separate(branches: list, path: str) -> list:
-    """oneOf branches that cannot both match: provably disjoint already, or two object branches made
-    disjoint by forbidding, in each, a key the other requires (each then admits fewer objects: a grammar
-    can say "not this key" but not "not both branches")."""
-    branches = list(branches)
-    for i in range(len(branches)):
-        for j in range(i):
-            if _disjoint(branches[i], branches[j]):
-                continue
-            a, b = branches[i], branches[j]
-            only_b = [k for k in b.get("required", []) if k not in a.get("required", [])] if _only_objects(a) else []
-            only_a = [k for k in a.get("required", []) if k not in b.get("required", [])] if _only_objects(b) else []
-            if not (only_a and only_b):
-                raise schema_error(path, f"oneOf branches {j} and {i} may both match, and a grammar cannot "
-                                   "express 'exactly one'; use anyOf if overlap is acceptable")
-            branches[i] = {**a, "properties": {**a.get("properties", {}), only_b[0]: False}}
-            branches[j] = {**b, "properties": {**b.get("properties", {}), only_a[0]: False}}
-    return branches
-
-
-def _only_objects(schema) -> bool:
-    return isinstance(schema, dict) and _value_types(schema) == {"object"} and not any(
-        k in schema for k in ("anyOf", "oneOf", "allOf", "dependencies", "dependentRequired", "dependentSchemas"))
-
-
-def _value_types(schema) -> set[str] | None:
-    """The JSON types a schema admits, or None when unknown (combinators)."""
-    if not isinstance(schema, dict) or any(k in schema for k in ("anyOf", "oneOf", "allOf", "$ref")):
-        return None
-    if "const" in schema or "enum" in schema:
-        values = [schema["const"]] if "const" in schema else schema["enum"]
-        return {_json_type(v) for v in values}
-    types = schema.get("type")
-    if types is None:
-        return None
-    types = {types} if isinstance(types, str) else set(types)
-    return types | {"integer"} if "number" in types else types
-
-
-def _ranges_apart(a: dict, b: dict, types: set[str]) -> bool:
-    """Two string (or number) schemas whose length (or value) ranges do not meet."""
-    low, high = ("minLength", "maxLength") if types == {"string"} else ("minimum", "maximum")
-    if types not in ({"string"}, {"integer"}):
-        return False
-    return any(y.get(high) is not None and x.get(low) is not None and y[high] < x[low] for x, y in ((a, b), (b, a)))
-
-
-def _constants(schema) -> list | None:
-    """Values the schema is limited to (a superset of its valid values), or None: const, enum, or an
-    allOf part's."""
-    if isinstance(schema, dict) and "const" in schema:
-        return [schema["const"]]
-    if isinstance(schema, dict) and "enum" in schema:
-        return list(schema["enum"])
-    if isinstance(schema, dict) and "allOf" in schema:
-        return next((c for c in map(_constants, schema["allOf"]) if c is not None), None)
-    return None
-
-
-def _disjoint(a, b) -> bool:
-    ta, tb = _value_types(a), _value_types(b)
-    if ta is not None and tb is not None and not ta & tb:
-        return True
-    if ta is not None and ta == (tb or set()) and len(ta) == 1 and _ranges_apart(a, b, ta):
-        return True
-    ca, cb = _constants(a), _constants(b)
-    if ca is not None and cb is not None:
-        return not any(x == y and _json_type(x) == _json_type(y) for x in ca for y in cb)
-    if not (isinstance(a, dict) and isinstance(b, dict)):
-        return False
-    for x, y in ((a, b), (b, a)):  # x requires a key that y forbids, or both require it with disjoint values
-        for key in x.get("required", []):
-            if y.get("additionalProperties") is False and key not in y.get("properties", {}):
-                return True
-            px, py = x.get("properties", {}).get(key), y.get("properties", {}).get(key)
-            if key in y.get("required", []) and px is not None and py is not None and _disjoint(px, py):
-                return True
-    return False
-
-
-# ---------------------------------------------------------------- allOf
-def merge(parts: list, path: str, compiler: _Compiler) -> dict:
-    """One schema equivalent to allOf(parts), or TinyInferError where tinyinfer cannot merge them."""
-    result: dict = {}
-    unique = [part for i, part in enumerate(parts) if part not in parts[:i]]  # A and A is A
-    for part in unique:
-        part = compiler.deref(part, path)
-        if isinstance(part, dict) and "if" not in part:  # then/else without if have no effect
-            part = {k: v for k, v in part.items() if k not in ("then", "else")}
-        if part is True:
-            continue
-        if part is False:
-            raise empty_error(path, "allOf contains schema false: no value is valid")
-        if "allOf" in part:
-            nested = merge([{k: v for k, v in part.items() if k != "allOf"}] + list(part["allOf"]), path, compiler)
-            part = nested
-        result = _merge_two(result, part, path)
-    return result
-
-
-def _merge_two(a: dict, b: dict, path: str) -> dict:
-    out = dict(a)
-    for key, value in b.items():
-        if key not in out or key in ANNOTATIONS:
-            out.setdefault(key, value)
-            continue
-        mine = out[key]
-        if key == "type":
-            ta = {mine} if isinstance(mine, str) else set(mine)
-            tb = {value} if isinstance(value, str) else set(value)
-            both = (ta & tb) | ({"integer"} if ("integer" in ta and "number" in tb) or ("number" in ta and "integer" in tb) else set())
-            if not both:
-                raise empty_error(path, f"allOf types {sorted(ta)} and {sorted(tb)} do not intersect")
-            out[key] = sorted(both)
-        elif key == "properties":
-            merged = dict(mine)
-            for name, sub in value.items():
-                merged[name] = {"allOf": [merged[name], sub]} if name in merged else sub
-            out[key] = merged
-        elif key == "required":
-            out[key] = list(dict.fromkeys(list(mine) + list(value)))
-        elif key in ("minLength", "minItems", "minProperties", "minimum") or (
-                key == "exclusiveMinimum" and not isinstance(mine, bool) and not isinstance(value, bool)):
-            out[key] = max(mine, value)
-        elif key in ("maxLength", "maxItems", "maxProperties", "maximum") or (
-                key == "exclusiveMaximum" and not isinstance(mine, bool) and not isinstance(value, bool)):
-            out[key] = min(mine, value)
-        elif key == "enum":
-            out[key] = [v for v in mine if v in value]
-        elif key in (NOT_STRINGS, NOT_PATTERNS, ALL_PATTERNS):
-            out[key] = list(mine) + list(value)
-        elif key == "multipleOf" and is_integral(mine) and is_integral(value):  # of both: of their lcm
-            out[key] = math.lcm(int(mine), int(value))
-        elif key == "patternProperties" and "additionalProperties" not in a and "additionalProperties" not in b:
-            out[key] = {p: {"allOf": [mine[p], value[p]]} if p in mine and p in value else mine.get(p, value.get(p))
-                        for p in {**mine, **value}}
-        elif key == "pattern":  # both must match
-            out[ALL_PATTERNS] = [*out.get(ALL_PATTERNS, []), value]
-        elif key == "not":  # not A and not B: not (A or B)
-            out[key] = {"anyOf": [mine, value]}
-        elif key == "anyOf" and len(mine) * len(value) <= MAX_ANY_OF_PRODUCT:  # (A or B) and (C or D): 4 pairs
-            out[key] = [{"allOf": [x, y]} for x in mine for y in value]
-        elif key in ("items", "additionalProperties", "additionalItems"):
-            out[key] = False if False in (mine, value) else {"allOf": [mine, value]}
-        elif mine != value:
-            raise schema_error(path, f"allOf combines two different {key!r} values; merge them by hand")
-    if "additionalProperties" in a or "additionalProperties" in b:
-        _restrict_properties(out, a, b, path)
-    return out
-
-
-def _restrict_properties(out: dict, a: dict, b: dict, path: str) -> None:
-    """additionalProperties of one part also governs the properties only the other part declares."""
-    props = dict(out.get("properties", {}))
-    for x in (a, b):
-        extra = x.get("additionalProperties", True)
-        if extra is True:
-            continue
-        own, patterns = x.get("properties", {}), x.get("patternProperties", {})
-        for name in list(props):
-            if name not in own and not any(_search_or_refuse(p, name, path) for p in patterns):
-                if extra is False:
-                    if name in out.get("required", []):
-                        raise empty_error(path, f"allOf requires {name!r} but additionalProperties forbids it")
-                    del props[name]
-                else:
-                    props[name] = {"allOf": [props[name], extra]}
-    if props or "properties" in out:
-        out["properties"] = props
