@@ -95,7 +95,7 @@ class _Checker:
         self.resolve = resolve
         draft = root.get("$schema", "") if isinstance(root, dict) else ""
         self.draft4 = "draft-04" in draft or "draft-03" in draft  # 1.0 is not an integer there
-        self.ref_alone = self.draft4 or "draft-06" in draft or "draft-07" in draft
+        self.ref_alone = self.draft7_or_older = self.draft4 or "draft-06" in draft or "draft-07" in draft
 
     def is_type(self, value, kind: str) -> bool:
         if kind == "integer":
@@ -231,6 +231,12 @@ class _Checker:
     def property_names(self, value, names, schema) -> bool:
         return not isinstance(value, dict) or all(self.valid(k, names) for k in value)
 
+    def draft7_dependencies(self, value, deps, schema) -> bool:
+        """`dependencies` (split in two by draft 2019-09): validators of later drafts ignore it."""
+        if not self.draft7_or_older:
+            raise Undecidable("'dependencies' is a keyword up to draft 7 only; say which draft with $schema")
+        return self.dependencies(value, deps, schema)
+
     def dependencies(self, value, deps, schema) -> bool:
         if not isinstance(value, dict):
             return True
@@ -261,7 +267,7 @@ _KEYWORDS = {
     "contains": _Checker.contains, "properties": _Checker.properties,
     "patternProperties": _Checker.pattern_properties, "additionalProperties": _Checker.additional_properties,
     "required": _Checker.required, "propertyNames": _Checker.property_names,
-    "dependencies": _Checker.dependencies, "dependentRequired": _Checker.dependencies,
+    "dependencies": _Checker.draft7_dependencies, "dependentRequired": _Checker.dependencies,
     "dependentSchemas": _Checker.dependencies,
     NOT_STRINGS: lambda self, value, excluded, schema: value not in excluded,
     NOT_PATTERNS: lambda self, value, patterns, schema: not isinstance(value, str) or not any(
