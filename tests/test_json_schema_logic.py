@@ -267,3 +267,12 @@ def test_unique_items_over_a_finite_set_of_values():
           [[True, True], [False, True, False]])
     holds({"type": "array", "items": {"enum": [1, 2, 3]}, "uniqueItems": True, "maxItems": 2}, [[3, 1], []],
           [[1, 2, 3], [2, 2]])
+
+
+def test_one_of_overlapping_branches_as_each_minus_the_others():
+    holds({"oneOf": [{"type": "integer", "minimum": 0}, {"type": "integer", "maximum": 10}]},
+          [-5, 11, 20], [0, 5, 10, "a"])
+    holds({"type": "string", "oneOf": [{"minLength": 2}, {"pattern": "^a"}, {"const": "zz"}]},
+          ["a", "xy", "ba"], ["ab", "abc", "zz", "", "b"])
+    with pytest.raises(TinyInferError, match="neither is expressible minus the other"):
+        schema_to_grammar({"oneOf": [{"type": "integer"}, {"multipleOf": 3}]})

@@ -229,7 +229,8 @@ class _Compiler:
             except EmptySchemaError as e:
                 empty = empty or e
         if key == "oneOf":
-            branches = list(zip([i for i, _ in branches], separate([b for _, b in branches], f"{path}/oneOf")))
+            branches = list(zip([i for i, _ in branches], separate([b for _, b in branches], f"{path}/oneOf", lambda b: negate(
+                b, lambda ref: self.resolve(ref, path), ANNOTATIONS))))
         options = []
         for i, branch in branches:
             try:

@@ -35,6 +35,12 @@ _BOUNDS = {"minimum": "exclusiveMaximum", "maximum": "exclusiveMinimum",
            "exclusiveMinimum": "maximum", "exclusiveMaximum": "minimum"}
 
 
+# Keywords whose meaning depends on each other: a schema is the conjunction of its keywords except these.
+READ_EACH_OTHER = [{"if", "then", "else"}, {"contains", "minContains", "maxContains"},
+                    {"additionalProperties", "properties", "patternProperties"},
+                    {"additionalItems", "items", "prefixItems"}]
+
+
 class NotExpressible(Exception):
     """The complement of this keyword is not expressible as a grammar; the message names the keyword."""
 
@@ -44,6 +50,9 @@ def negate(schema, resolve, annotations) -> dict | bool:
     if isinstance(schema, bool):
         return not schema
     keywords = {k: v for k, v in schema.items() if k not in annotations}
+    for lone, needs in (("then", "if"), ("else", "if"), ("minContains", "contains"), ("maxContains", "contains")):
+        if needs not in keywords:  # without it, no effect
+            keywords.pop(lone, None)
     if "$ref" in keywords:  # (its siblings are ignored in drafts 4-7, merged after: refuse the ambiguity)
         if len(keywords) > 1:
             raise NotExpressible("'$ref' with sibling keywords")
@@ -51,9 +60,9 @@ def negate(schema, resolve, annotations) -> dict | bool:
     if not keywords:
         return False
     if len(keywords) > 1:
-        if {"if", "then", "else", "additionalProperties", "additionalItems", "contains", "prefixItems",
-                "minContains", "maxContains"} & keywords.keys():
-            raise NotExpressible(f"{sorted(keywords)} read each other")
+        for group in READ_EACH_OTHER:
+            if len(group & keywords.keys()) > 1:
+                raise NotExpressible(f"{sorted(group & keywords.keys())} read each other")
         return {"anyOf": [negate({k: v}, resolve, annotations) for k, v in keywords.items()]}
     (key, value), = keywords.items()
     return _negate_keyword(key, value, resolve, annotations)

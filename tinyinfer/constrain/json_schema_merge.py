@@ -14,7 +14,13 @@ from __future__ import annotations
 import math
 
 from tinyinfer.constrain.json_schema_check import Undecidable, search
-from tinyinfer.constrain.json_schema_logic import ALL_PATTERNS, NOT_PATTERNS, NOT_STRINGS
+from tinyinfer.constrain.json_schema_logic import (
+    ALL_PATTERNS,
+    NOT_PATTERNS,
+    NOT_STRINGS,
+    READ_EACH_OTHER,
+    NotExpressible,
+)
 from tinyinfer.constrain.json_values import is_integral
 from tinyinfer.errors import TinyInferError
 
@@ -55,24 +61,39 @@ def _json_type(value) -> str:
 
 
 # ---------------------------------------------------------------- oneOf
-def separate(branches: list, path: str) -> list:
+def separate(branches: list, path: str, complement) -> list:
     """oneOf branches that cannot both match: provably disjoint already, or two object branches made
-    disjoint by forbidding, in each, a key the other requires (each then admits fewer objects: a grammar
-    can say "not this key" but not "not both branches")."""
-    branches = list(branches)
+    disjoint by forbidding, in each, a key the other requires, or else each branch minus the other,
+    `A and not B` (`complement(schema)` gives `not schema` or raises NotExpressible). Each branch then
+    implies every other's original is false, which is what "exactly one" asks."""
+    originals, branches = list(branches), list(branches)
     for i in range(len(branches)):
         for j in range(i):
-            if _disjoint(branches[i], branches[j]):
+            if _disjoint(originals[i], originals[j]):
                 continue
             a, b = branches[i], branches[j]
             only_b = [k for k in b.get("required", []) if k not in a.get("required", [])] if _only_objects(a) else []
             only_a = [k for k in a.get("required", []) if k not in b.get("required", [])] if _only_objects(b) else []
-            if not (only_a and only_b):
-                raise schema_error(path, f"oneOf branches {j} and {i} may both match, and a grammar cannot "
-                                   "express 'exactly one'; use anyOf if overlap is acceptable")
-            branches[i] = {**a, "properties": {**a.get("properties", {}), only_b[0]: False}}
-            branches[j] = {**b, "properties": {**b.get("properties", {}), only_a[0]: False}}
+            if only_a and only_b:
+                branches[i] = {**a, "properties": {**a.get("properties", {}), only_b[0]: False}}
+                branches[j] = {**b, "properties": {**b.get("properties", {}), only_a[0]: False}}
+                continue
+            try:
+                branches[i] = {"allOf": [a, complement(_beyond(originals[j], originals[i]))]}
+                branches[j] = {"allOf": [b, complement(_beyond(originals[i], originals[j]))]}
+            except NotExpressible as e:
+                raise schema_error(path, f"oneOf branches {j} and {i} may both match, and neither is expressible "
+                                   f"minus the other ({e}); use anyOf if overlap is acceptable") from None
     return branches
+
+
+def _beyond(b: dict, a: dict) -> dict:
+    """The keywords of b that a does not already have (a and not b = a and not beyond(b, a)).
+
+    _beyond({"type": "integer", "maximum": 9}, {"type": "integer", "minimum": 0}) -> {"maximum": 9}"""
+    if not (isinstance(a, dict) and isinstance(b, dict)):
+        return b
+    return {k: v for k, v in b.items() if not (k in a and a[k] == v and not any(k in g for g in READ_EACH_OTHER))}
 
 
 def _only_objects(schema) -> bool:
