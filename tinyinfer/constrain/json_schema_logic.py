@@ -15,8 +15,8 @@ bound fails":
 
 Strings other than a finite set, or not matching a pattern, are said with the private keywords NOT_STRINGS
 and NOT_PATTERNS, which the compiler turns into automata (regex_dfa.py). Keywords whose complement a
-grammar cannot say (`multipleOf`, `items`, `uniqueItems`, keywords that read each other such as
-`additionalProperties`) raise NotExpressible, and the caller refuses the schema with the keyword's name.
+grammar cannot say (`multipleOf`, `uniqueItems`, `patternProperties`, `dependencies`, keywords that read
+each other such as `additionalProperties` with `properties`) raise NotExpressible, and the caller refuses the schema with the keyword's name.
 """
 
 from __future__ import annotations
@@ -33,12 +33,10 @@ _COUNTERS = {"minLength": ("string", "maxLength", -1), "maxLength": ("string", "
              "minProperties": ("object", "maxProperties", -1), "maxProperties": ("object", "minProperties", 1)}
 _BOUNDS = {"minimum": "exclusiveMaximum", "maximum": "exclusiveMinimum",
            "exclusiveMinimum": "maximum", "exclusiveMaximum": "minimum"}
-
-
 # Keywords whose meaning depends on each other: a schema is the conjunction of its keywords except these.
 READ_EACH_OTHER = [{"if", "then", "else"}, {"contains", "minContains", "maxContains"},
-                    {"additionalProperties", "properties", "patternProperties"},
-                    {"additionalItems", "items", "prefixItems"}]
+                   {"additionalProperties", "properties", "patternProperties"},
+                   {"additionalItems", "items", "prefixItems"}]
 
 
 class NotExpressible(Exception):
@@ -62,7 +60,7 @@ def negate(schema, resolve, annotations) -> dict | bool:
     if len(keywords) > 1:
         for group in READ_EACH_OTHER:
             if len(group & keywords.keys()) > 1:
-                raise NotExpressible(f"{sorted(group & keywords.keys())} read each other")
+                raise NotExpressible(f"keywords {sorted(group & keywords.keys())} (which read each other)")
         return {"anyOf": [negate({k: v}, resolve, annotations) for k, v in keywords.items()]}
     (key, value), = keywords.items()
     return _negate_keyword(key, value, resolve, annotations)
