@@ -104,6 +104,8 @@ class _Checker:
         if kind == "number":
             return isinstance(value, (int, float)) and not isinstance(value, bool)
         types = {"null": type(None), "boolean": bool, "string": str, "array": list, "object": dict}
+        if kind not in types:
+            raise Undecidable(f"unknown type {kind!r}")
         return isinstance(value, types[kind])
 
     def valid(self, value, schema) -> bool:
