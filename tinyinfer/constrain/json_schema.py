@@ -193,14 +193,7 @@ class _Compiler:
                 return Ref(self.ref_rule(schema["$ref"], path))
             return self.expr(self.deref(schema, path), path)
         if "allOf" in schema:
-            refs = [part.get("$ref") for part in schema["allOf"] if isinstance(part, dict) and len(part) == 1]
-            if len(refs) == len(schema["allOf"]) and None not in refs and not _constraining(
-                    {k: v for k, v in schema.items() if k != "allOf"}):  # a rule per set of $refs: recursion ends
-                refs = sorted(set(refs))
-                return Ref(self.named_rule("allOf " + " & ".join(refs), lambda: self.expr(
-                    merge([{"$ref": r} for r in refs], path, self), path + "/allOf")))
-            parts = [{k: v for k, v in schema.items() if k != "allOf"}] + list(schema["allOf"])
-            return self.expr(merge(parts, path, self), path + "/allOf")
+            return self.all_of(schema, path)
         for key in ("anyOf", "oneOf"):
             if key in schema:
                 return self.union(schema, key, path)
@@ -211,6 +204,18 @@ class _Compiler:
             return self.constants(schema, path)
         types = _types(schema, path)
         return alt(*(self.typed(t, schema, path) for t in types))
+
+    def all_of(self, schema: dict, path: str):
+        """allOf merged into one schema. An allOf of bare $refs becomes one named rule per set of refs, so
+        that merging recursive schemas ends: where the merge recurs, the rule calls itself."""
+        rest = {k: v for k, v in schema.items() if k != "allOf"}
+        parts = list(schema["allOf"])
+        refs = [part.get("$ref") for part in parts if isinstance(part, dict) and len(part) == 1]
+        if len(refs) == len(parts) and None not in refs and not _constraining(rest):
+            refs = sorted(set(refs))
+            return Ref(self.named_rule("allOf " + " & ".join(refs), lambda: self.expr(
+                merge([{"$ref": r} for r in refs], path, self), path + "/allOf")))
+        return self.expr(merge([rest, *parts], path, self), path + "/allOf")
 
     def union(self, schema, key: str, path: str):
         rest = {k: v for k, v in schema.items() if k != key}
