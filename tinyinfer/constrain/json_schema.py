@@ -144,6 +144,10 @@ class _Compiler:
                 raise schema_error(path, f"$ref {ref!r} points nowhere (no {part!r})")
         return node
 
+    def resolver(self, path: str):
+        """`resolve` for the helpers that follow $refs on their own (negate, finite_values, satisfies)."""
+        return lambda ref: self.resolve(ref, path)
+
     def ref_rule(self, ref: str, path: str) -> str:
         return self.named_rule(ref, lambda: self.expr(self.resolve(ref, path), ref))
 
@@ -235,7 +239,7 @@ class _Compiler:
                 empty = empty or e
         if key == "oneOf":
             branches = list(zip([i for i, _ in branches], separate([b for _, b in branches], f"{path}/oneOf", lambda b: negate(
-                b, lambda ref: self.resolve(ref, path), ANNOTATIONS))))
+                b, self.resolver(path), ANNOTATIONS))))
         options = []
         for i, branch in branches:
             try:
@@ -278,11 +282,11 @@ class _Compiler:
         the candidates that satisfy the *whole* schema, decided value by value (json_schema_check.py), so
         `not`, `if`, `oneOf`... are exact here. None when not finite, or when a keyword cannot be decided
         (then the schema is compiled keyword by keyword)."""
-        values = finite_values(schema, lambda ref: self.resolve(ref, path))
+        values = finite_values(schema, self.resolver(path))
         if values is None:
             return None
         try:
-            valid = [v for v in values if satisfies(v, schema, self.root, lambda ref: self.resolve(ref, path))]
+            valid = [v for v in values if satisfies(v, schema, self.root, self.resolver(path))]
         except Undecidable:
             return None
         if not valid:
@@ -294,7 +298,7 @@ class _Compiler:
         """The schema with `not X` replaced by X's complement (json_schema_logic.py), merged in."""
         rest = {k: v for k, v in schema.items() if k != "not"}
         try:
-            complement = negate(schema["not"], lambda ref: self.resolve(ref, path), ANNOTATIONS)
+            complement = negate(schema["not"], self.resolver(path), ANNOTATIONS)
         except NotExpressible as e:
             raise schema_error(f"{path}/not", f"the complement of {e} is not expressible as a grammar; "
                                "rewrite the schema without 'not'") from None
@@ -307,7 +311,7 @@ class _Compiler:
         if then is True and otherwise is True:
             return rest
         try:
-            opposite = negate(condition, lambda ref: self.resolve(ref, path), ANNOTATIONS)
+            opposite = negate(condition, self.resolver(path), ANNOTATIONS)
         except NotExpressible as e:
             raise schema_error(f"{path}/if", f"the complement of {e} is not expressible as a grammar, and "
                                "if/then/else needs it; rewrite the schema without 'if'") from None
@@ -478,12 +482,12 @@ class _Compiler:
             items {"enum": ["a", "b"]} -> "[" ("\"a\"" used-a | "\"b\"" used-b)? "]";  used-a ::= ("," "\"b\"")? ..."""
         where = f"{path}/uniqueItems"
         values = None if isinstance(items, list) or "prefixItems" in schema or "contains" in schema else (
-            finite_values(items, lambda ref: self.resolve(ref, path)))
+            finite_values(items, self.resolver(path)))
         if values is None:
             raise schema_error(where, "uniqueItems: true is supported only for items from a finite set (enum, "
                                "const, boolean, null) and no prefixItems or contains: a grammar cannot compare items")
         try:
-            valid = [v for v in values if satisfies(v, items, self.root, lambda ref: self.resolve(ref, path))]
+            valid = [v for v in values if satisfies(v, items, self.root, self.resolver(path))]
         except Undecidable as e:
             raise schema_error(where, f"cannot decide which item values are valid: {e}") from None
         distinct = [v for i, v in enumerate(valid) if not any(equal(v, w) for w in valid[:i])]
@@ -526,7 +530,7 @@ class _Compiler:
         other_schema = items
         if most is not None:
             try:
-                opposite = negate(schema["contains"], lambda ref: self.resolve(ref, path), ANNOTATIONS)
+                opposite = negate(schema["contains"], self.resolver(path), ANNOTATIONS)
             except NotExpressible as e:
                 raise schema_error(where, f"maxContains needs the complement of {e}, not expressible") from None
             other_schema = {"allOf": [items, opposite]}
@@ -606,7 +610,7 @@ class _Compiler:
         if "string" not in _types(names, path):
             return Dfa([[]], [False])
         automaton = self.string_dfa(names, path)
-        values = finite_values(names, lambda ref: self.resolve(ref, path))
+        values = finite_values(names, self.resolver(path))
         if values is not None:
             keys = [v for v in values if isinstance(v, str)]
             automaton = intersect(automaton, dfa_of(alt(*map(Literal, keys)))) if keys else Dfa([[]], [False])
