@@ -15,8 +15,7 @@ its p99 holds the cold misses and its p50 the cached steady state); and how many
 documents each engine's grammar accepts: an engine that skips a keyword compiles more schemas but lets
 invalid documents through.
 
-The mask time is set against one decode step of the built-in model (timed here), or, when the built-in
-model has not been built, against a random-weight NumPy forward of a similar Llama (said in the output).
+The mask time is set against one decode step of the built-in model, timed here in the same run.
 """
 
 from __future__ import annotations
@@ -34,8 +33,6 @@ from tinyinfer.constrain.mask import Constraint, TokenMasker, Vocabulary
 from tinyinfer.errors import TinyInferError
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
-# A few-million-parameter Llama, the size of the built-in model, for the decode-step stand-in.
-PROXY = {"d_model": 256, "n_layers": 6, "n_heads": 8, "d_ff": 688, "vocab": 8192, "context": 256}
 
 
 def add_arguments(parser) -> None:
@@ -190,69 +187,21 @@ def walk(engine, compiled, steps: int, seed: int, eos: int) -> list[float]:
     return times
 
 
-def decode_step_seconds() -> tuple[float, str]:
-    """One decode step of the built-in model, or of a random-weight NumPy stand-in of similar size."""
-    try:
-        import tinyinfer
-        from tinyinfer.model import SeqChunk
-        from tinyinfer.resolve import DEFAULT_MODEL
+def decode_step_seconds(context: int = 256, steps: int = 20) -> tuple[float, str]:
+    """Mean time of one decode step of the built-in model at a `context`-token position."""
+    import tinyinfer
+    from tinyinfer.model import SeqChunk
+    from tinyinfer.resolve import DEFAULT_MODEL
 
-        model = tinyinfer.load(DEFAULT_MODEL)
-        cache = model.new_cache(max_seqs=1, max_len=PROXY["context"] + 8)
-        model.forward([SeqChunk(0, 0, list(range(1, PROXY["context"])))], cache)
-        start, n = time.perf_counter(), 20
-        for i in range(n):
-            model.forward([SeqChunk(0, PROXY["context"] - 1 + i, [1])], cache)
-        size = _count(model.params)
-        return (time.perf_counter() - start) / n, f"built-in model {DEFAULT_MODEL} ({size / 1e6:.1f}M parameters)"
-    except Exception as e:  # noqa: BLE001 -- no built-in model yet: say why, and time a stand-in
-        reason = f"{type(e).__name__}: {str(e)[:80]}"
-    d, f, L, V, T = (PROXY[k] for k in ("d_model", "d_ff", "n_layers", "vocab", "context"))
-    rng = np.random.default_rng(0)
-    def weight(rows, cols):
-        return rng.standard_normal((rows, cols), dtype=np.float32) / np.float32(np.sqrt(rows))
-
-    w = [[weight(d, d) for _ in range(4)] + [weight(d, f), weight(d, f), weight(f, d)] for _ in range(L)]
-    head = weight(d, V)
-    keys, values = rng.standard_normal((L, T, d), dtype=np.float32), rng.standard_normal((L, T, d), dtype=np.float32)
-    x = rng.standard_normal((1, d), dtype=np.float32)
-
-    def norm(h):
-        return h / np.sqrt((h * h).mean(-1, keepdims=True) + 1e-5)
-
-    def step():
-        h = x
-        for layer, (wq, wk, wv, wo, w1, w3, w2) in enumerate(w):
-            a = norm(h)
-            q, _, _ = a @ wq, a @ wk, a @ wv  # [1, d] each
-            heads = q.reshape(PROXY["n_heads"], -1)  # [H, hd]
-            k = keys[layer].reshape(T, PROXY["n_heads"], -1)  # [T, H, hd]
-            scores = np.einsum("hd,thd->ht", heads, k)  # [H, T]
-            p = np.exp(scores - scores.max(-1, keepdims=True))
-            p /= p.sum(-1, keepdims=True)
-            att = np.einsum("ht,thd->hd", p, values[layer].reshape(T, PROXY["n_heads"], -1)).reshape(1, d)
-            h = h + att @ wo
-            m = norm(h)
-            g = m @ w1  # [1, d] -> [1, f]
-            h = h + (g / (1 + np.exp(-g)) * (m @ w3)) @ w2  # [1, f] -> [1, d]
-        return norm(h) @ head  # [1, d] -> [1, V]
-
-    step()
-    start, n = time.perf_counter(), 50
-    for _ in range(n):
-        step()
-    params = L * (4 * d * d + 3 * d * f) + 2 * d * V
-    return (time.perf_counter() - start) / n, (f"a random-weight NumPy Llama stand-in ({params / 1e6:.1f}M parameters, "
-                                               f"d={d}, {L} layers, {T}-token context; built-in model unavailable: {reason})")
-
-
-def _count(params) -> int:
-    """Number of parameters in a nested structure of arrays (dicts and lists)."""
-    if isinstance(params, dict):
-        return sum(_count(v) for v in params.values())
-    if isinstance(params, (list, tuple)):
-        return sum(_count(v) for v in params)
-    return int(getattr(params, "size", 0))
+    model = tinyinfer.load(DEFAULT_MODEL)
+    context = min(context, model.config.max_seq_len - steps)
+    cache = model.new_cache(max_seqs=1, max_len=context + steps)
+    model.forward([SeqChunk(0, 0, [1] * context)], cache)
+    start = time.perf_counter()
+    for i in range(steps):
+        model.forward([SeqChunk(0, context + i, [1])], cache)
+    seconds = (time.perf_counter() - start) / steps
+    return seconds, f"built-in model {DEFAULT_MODEL} ({model.n_params / 1e6:.1f}M parameters, {context}-token context)"
 
 
 def run(args) -> int:
