@@ -17,11 +17,13 @@ Design:
   the saved folder is an ordinary Hugging Face checkpoint that both transformers and tinyinfer load.
 - Training windows start with BOS, as a prompt does at inference time. Dropout on the outputs of every
   attention and MLP block (forward hooks, so the saved model stays a plain Llama) and weight decay fight the
-  overfitting that a few-MB corpus invites; the checkpoint with the best held-out loss is kept.
+  overfitting that a few-MB corpus invites; the checkpoint scoring best on a quarter of the held-out windows
+  is kept (a mild selection on held-out data, as nanoGPT does).
 - The reported loss is in nats per character: the summed token NLL over the held-out text divided by its
   number of characters, which compares across tokenizers and with character-level models. It is measured
   on the weights as shipped (16-bit, read back into fp32).
-- Fixed seeds: the same command gives the same models (up to the CPU's floating-point threading).
+- Fixed seeds: the same command gives the same model when training runs its full `steps` (up to the CPU's
+  floating-point threading); a time budget (`minutes`) that runs out first depends on the machine's speed.
 """
 
 from __future__ import annotations
