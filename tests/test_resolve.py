@@ -10,6 +10,7 @@ import types
 
 import pytest
 import transformers
+from conftest import ROOT
 from tiny_models import tiny_checkpoint  # noqa: F401 - a pytest fixture
 
 import tinyinfer
@@ -152,3 +153,14 @@ def test_models_command_lists_built_in_and_cached(hf_home, tiny_checkpoint, caps
     assert (tiny["architecture"], tiny["params"], tiny["source"]) == ("LlamaForCausalLM", n_params, "Hugging Face cache")
     assert tiny["bytes"] == sum(f.stat().st_size for f in source.iterdir())
     assert {name for name, row in rows.items() if row["source"] == "built-in"} == set(builtin_models())
+
+
+def test_download_script_offline_fails_with_one_clear_line_per_checkpoint(hf_home, capsys):
+    from tiny_models import _import_script
+
+    download = _import_script(ROOT / "weights_scripts" / "download.py")
+    assert download.main(["--list"]) == 0
+    assert all(item.repo_id in capsys.readouterr().out for item in download.CHECKPOINTS.values())
+    assert download.main(["smollm2", "some-org/some-model"]) == 1
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 2 and all("HF_HUB_OFFLINE" in line for line in errors)

@@ -3,6 +3,7 @@
     python weights_scripts/download.py --list                 # what each one is for
     python weights_scripts/download.py smollm2 stories15M     # into the Hugging Face cache (then --model REPO_ID works)
     python weights_scripts/download.py gpt2 --to ~/models     # into ~/models/gpt2/ (then --model ~/models/gpt2 works)
+    python weights_scripts/download.py Qwen/Qwen3-0.6B        # any other repo id works too
 
 Only the files a checkpoint needs are fetched (configs, safetensors, tokenizer files), never PyTorch pickles.
 Where the Hub cannot be reached (offline machines, `HF_HUB_OFFLINE=1`), each failure is one clear line and
@@ -53,9 +54,14 @@ CHECKPOINTS = {
 }
 
 
+def lookup(name: str) -> Download:
+    """A course checkpoint by short name, or any repo id: lookup("gpt2").repo_id -> 'openai-community/gpt2'."""
+    return CHECKPOINTS.get(name) or Download(name, "a checkpoint asked for by repo id")
+
+
 def download(name: str, to: Path | None) -> Path:
     """Fetch one checkpoint; return the folder that holds it. Raises RuntimeError with a one-line reason."""
-    item = CHECKPOINTS[name]
+    item = lookup(name)
     if hub_offline():
         raise RuntimeError("HF_HUB_OFFLINE is set; unset it on a machine that can reach huggingface.co")
     try:
@@ -64,7 +70,7 @@ def download(name: str, to: Path | None) -> Path:
         raise RuntimeError("huggingface_hub is not installed: pip install 'tinyinfer[hub]'") from None
     try:  # huggingface_hub draws a tqdm progress bar per file
         folder = snapshot_download(item.repo_id, allow_patterns=list(item.files),
-                                   local_dir=to / name if to else None, cache_dir=None if to else hf_cache_dir())
+                                   local_dir=to / name.replace("/", "--") if to else None, cache_dir=None if to else hf_cache_dir())
     except Exception as e:  # no network, unknown repo, gated model: the message is what the user can act on
         first_line = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise RuntimeError(f"could not reach the Hugging Face Hub for {item.repo_id} ({type(e).__name__}: {first_line})") from None
@@ -88,11 +94,12 @@ def fetch_url(url: str, dest: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("names", nargs="*", help=f"checkpoints to fetch (default: all): {', '.join(CHECKPOINTS)}")
+    parser.add_argument("names", nargs="*", help=f"checkpoints to fetch (default: all): {', '.join(CHECKPOINTS)}, "
+                        "or any Hugging Face repo id (org/name)")
     parser.add_argument("--to", type=Path, help="download into TO/NAME/ instead of the Hugging Face cache")
     parser.add_argument("--list", action="store_true", help="say what each checkpoint is for, and fetch nothing")
     args = parser.parse_args(argv)
-    unknown = [n for n in args.names if n not in CHECKPOINTS]
+    unknown = [n for n in args.names if n not in CHECKPOINTS and "/" not in n]
     if unknown:
         parser.error(f"unknown checkpoint(s) {', '.join(unknown)}; choose from {', '.join(CHECKPOINTS)}")
     if args.list:
@@ -101,14 +108,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     failed = 0
     for name in args.names or CHECKPOINTS:
-        print(f"{name}: {CHECKPOINTS[name].purpose}")
+        print(f"{name}: {lookup(name).purpose}")
         try:
             folder = download(name, args.to)
         except RuntimeError as e:
             print(f"error: {name}: {e}", file=sys.stderr)
             failed += 1
             continue
-        item = CHECKPOINTS[name]
+        item = lookup(name)
         print(f"{name}: in {folder}; use it with --model {folder if args.to or item.model_file else item.repo_id}")
     if failed:
         print(f"{failed} download(s) failed. On an offline machine: run this script where the network allows and copy "
