@@ -160,7 +160,8 @@ def test_download_script_offline_fails_with_one_clear_line_per_checkpoint(hf_hom
 
     download = _import_script(ROOT / "weights_scripts" / "download.py")
     assert download.main(["--list"]) == 0
-    assert all(item.repo_id in capsys.readouterr().out for item in download.CHECKPOINTS.values())
+    listing = capsys.readouterr().out
+    assert all(item.repo_id in listing for item in download.CHECKPOINTS.values())
     assert download.main(["smollm2", "some-org/some-model"]) == 1
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert len(errors) == 2 and all("HF_HUB_OFFLINE" in line for line in errors)
