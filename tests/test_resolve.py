@@ -16,7 +16,7 @@ from tiny_models import tiny_checkpoint  # noqa: F401 - a pytest fixture
 import tinyinfer
 from tinyinfer.cli import main
 from tinyinfer.errors import TinyInferError
-from tinyinfer.resolve import DEFAULT_MODEL, BUILTIN_DIR, builtin_models, cached_models, resolve_model
+from tinyinfer.resolve import BUILTIN_DIR, DEFAULT_MODEL, builtin_models, cached_models, resolve_model
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 

@@ -133,7 +133,7 @@ def download(repo_id: str, revision: str | None) -> Path:
     try:
         folder = huggingface_hub.snapshot_download(repo_id, revision=revision, allow_patterns=CHECKPOINT_FILES,
                                                    cache_dir=hf_cache_dir())
-    except Exception as e:  # network down, repo missing or gated: all the user can act on is the message
+    except Exception as e:  # noqa: BLE001 - network down, repo missing or gated: the message is what the user can act on
         raise TinyInferError(f"could not download {repo_id!r} from the Hugging Face Hub ({type(e).__name__}: "
                              f"{str(e).splitlines()[0] if str(e) else 'no detail'}); check the name and the network, "
                              f"or {how}. {available_models_hint()}") from None

@@ -71,7 +71,7 @@ def download(name: str, to: Path | None) -> Path:
     try:  # huggingface_hub draws a tqdm progress bar per file
         folder = snapshot_download(item.repo_id, allow_patterns=list(item.files),
                                    local_dir=to / name.replace("/", "--") if to else None, cache_dir=None if to else hf_cache_dir())
-    except Exception as e:  # no network, unknown repo, gated model: the message is what the user can act on
+    except Exception as e:  # noqa: BLE001 - no network, unknown repo, gated model: the message is what the user can act on
         first_line = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise RuntimeError(f"could not reach the Hugging Face Hub for {item.repo_id} ({type(e).__name__}: {first_line})") from None
     for url in item.extra_urls:
