@@ -22,7 +22,7 @@ def silu(x):
 
 def gelu_tanh(x):
     """GPT-2's tanh approximation of GELU."""
-    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)))  # x*x*x: faster than x**3
 
 
 # NumPy's ufuncs (np.exp, np.tanh) also run on CuPy arrays: CuPy implements __array_ufunc__.
