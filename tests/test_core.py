@@ -31,6 +31,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
 
 # -- llama2.c: the real trained model ------------------------------------------------------------------------
 
+@pytest.mark.exercise("5.2")
 def test_stories260k_greedy_matches_llama2c_published_output():
     """run.c at temperature 0 with its default 256 steps: from BOS it prints 256 tokens (stopping early only if
     BOS comes again), dropping the space that follows BOS, then a newline."""
@@ -64,6 +65,7 @@ def test_nonsense_llama2c_header_is_a_clear_error(tmp_path):
         tinyinfer.load(bad)
 
 
+@pytest.mark.exercise("5.1")
 def test_incremental_decode_equals_full_recompute_on_trained_model():
     """Equal up to float32 summation order: BLAS sums a 4-row and a 10-row product in different orders, which
     moves logits of magnitude ~7 by ~1e-5 (transformers' own cached decode differs from its full forward by
@@ -85,6 +87,46 @@ def test_prompt_beyond_context_window_is_refused_before_work():
 
 # -- the pieces, on hand-made numbers --------------------------------------------------------------------------
 
+@pytest.mark.exercise("4.1")
+def test_rms_norm_matches_torch():
+    torch = pytest.importorskip("torch")
+    from tinyinfer.norms import rms_norm
+    x = np.random.default_rng(2).normal(size=(5, 16)).astype(np.float32) * 3
+    weight = np.random.default_rng(3).uniform(0.5, 1.5, size=16).astype(np.float32)
+    reference = torch.nn.RMSNorm(16, eps=1e-5)
+    reference.weight.data = torch.from_numpy(weight)
+    np.testing.assert_allclose(rms_norm(x, weight, 1e-5), reference(torch.from_numpy(x)).detach().numpy(), rtol=1e-5)
+
+
+@pytest.mark.exercise("4.2")
+def test_rope_matches_transformers_rotary_embedding():
+    pytest.importorskip("torch")
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+    import torch
+    rng = np.random.default_rng(4)
+    positions = np.array([0, 1, 5, 17, 300])
+    q = rng.normal(size=(5, 3, 8)).astype(np.float32)  # [T, H, hd]
+    cos, sin = rope_angles(positions, inv_frequencies(8, 10000.0))  # 2 x [T, hd/2]
+    full_cos, full_sin = (torch.from_numpy(np.concatenate([c, c], -1))[None] for c in (cos, sin))  # [1, T, hd]
+    q_ref, _ = apply_rotary_pos_emb(torch.from_numpy(q).transpose(0, 1)[None], torch.zeros(1, 1, 5, 8), full_cos, full_sin)
+    np.testing.assert_allclose(apply_rope(q, cos, sin), q_ref[0].transpose(0, 1).numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.exercise("4.3")
+def test_swiglu_matches_torch():
+    torch = pytest.importorskip("torch")
+    from tinyinfer.mlp import swiglu
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(4, 8)).astype(np.float32)
+    mlp = {"gate": rng.normal(size=(8, 12)).astype(np.float32), "up": rng.normal(size=(8, 12)).astype(np.float32),
+           "down": rng.normal(size=(12, 8)).astype(np.float32)}
+    t = {name: torch.from_numpy(w) for name, w in mlp.items()}
+    xt = torch.from_numpy(x)
+    reference = (torch.nn.functional.silu(xt @ t["gate"]) * (xt @ t["up"])) @ t["down"]
+    np.testing.assert_allclose(swiglu(x, mlp), reference.numpy(), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.exercise("2.1")
 def test_bf16_widening_is_exact():
     ml_dtypes = pytest.importorskip("ml_dtypes")
     bits = np.random.default_rng(0).integers(0, 2**16, size=4096, dtype=np.uint16)
@@ -92,6 +134,7 @@ def test_bf16_widening_is_exact():
     np.testing.assert_array_equal(bf16_to_f32(bits), bits.view(ml_dtypes.bfloat16).astype(np.float32))
 
 
+@pytest.mark.exercise("3.1")
 def test_causal_mask_with_sliding_window():
     mask = causal_mask(3, 2, window=2)  # queries at positions 2, 3, 4 over keys 0..4
     visible = mask == 0
@@ -100,6 +143,7 @@ def test_causal_mask_with_sliding_window():
                                 [False, False, False, True, True]]
 
 
+@pytest.mark.exercise("3.2")
 def test_grouped_query_attention_equals_repeated_heads():
     rng = np.random.default_rng(0)
     n, L, n_heads, n_kv, hd = 3, 5, 6, 2, 4
@@ -115,6 +159,7 @@ def test_grouped_query_attention_equals_repeated_heads():
         np.testing.assert_allclose(out[:, h], weights @ vh, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.exercise("4.2")
 def test_rope_rotation_preserves_norm_and_encodes_relative_position():
     rng = np.random.default_rng(1)
     inv_freq = inv_frequencies(8, 10000.0)
@@ -126,6 +171,7 @@ def test_rope_rotation_preserves_norm_and_encodes_relative_position():
     np.testing.assert_allclose(rotated(q, 3) @ rotated(k, 1), rotated(q, 12) @ rotated(k, 10), rtol=1e-4)
 
 
+@pytest.mark.exercise("5.1")
 def test_kv_cache_writes_in_place_and_refuses_overflow():
     cfg = config_from_hf({"model_type": "llama", "vocab_size": 10, "hidden_size": 8, "num_hidden_layers": 1,
                           "num_attention_heads": 2, "num_key_value_heads": 1, "intermediate_size": 16})
@@ -179,6 +225,7 @@ def test_missing_config_field_is_named():
 
 # -- memory arithmetic and the CLI --------------------------------------------------------------------------
 
+@pytest.mark.exercise("2.2")
 def test_kv_bytes_of_the_chapters_70b_example():
     per_token = kv_bytes_per_token(80, 8, 128, 2)
     assert per_token == 327_680  # ~0.31 MiB
@@ -186,6 +233,7 @@ def test_kv_bytes_of_the_chapters_70b_example():
     assert per_token * 8000 * 100 / 1e9 == pytest.approx(262, abs=1)  # ~250 GB for 100 of them
 
 
+@pytest.mark.exercise("2.2")
 def test_memory_command_prints_the_worked_example():
     out = run_cli("memory", "--params", "70e9", "--layers", "80", "--kv-heads", "8", "--head-dim", "128",
                   "--context", "8000", "--batch", "100", "--dtype", "fp16")
@@ -249,6 +297,7 @@ def test_sharded_checkpoint_loads_like_a_single_file(tmp_path):
                                   tinyinfer.load(tmp_path / "single").logits(ids))
 
 
+@pytest.mark.exercise("5.2")
 def test_padding_rows_of_the_output_layer_are_never_sampled():
     """Checkpoints often have more output rows than tokens (Phi-3: 32,064 for 32,011): those ids cannot be
     decoded, so generation never picks them, greedy or sampled."""
