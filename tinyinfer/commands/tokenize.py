@@ -10,10 +10,9 @@ PATH is a tokenizer.json, a model folder, a llama2.c tokenizer.bin, or a built-i
 
 from __future__ import annotations
 
-import importlib
 import sys
 
-from tinyinfer.errors import TinyInferError
+from tinyinfer.resolve import resolve_model
 from tinyinfer.tokenizer import Tokenizer
 
 
@@ -26,16 +25,8 @@ def add_arguments(parser) -> None:
 
 
 def load_tokenizer(model: str | None) -> Tokenizer:
-    """A path, or a built-in / hub name (None: the built-in model) through tinyinfer.resolve when it exists."""
-    try:
-        resolve = importlib.import_module("tinyinfer.resolve")
-    except ModuleNotFoundError as e:
-        if e.name != "tinyinfer.resolve":
-            raise
-        if model is None:
-            raise TinyInferError("no built-in model in this installation: pass --model PATH") from None
-        return Tokenizer.from_file(model)
-    return Tokenizer.from_file(resolve.resolve_model(model))
+    """The tokenizer of a path, a built-in or hub name, or (None) the built-in model."""
+    return Tokenizer.from_file(resolve_model(model))
 
 
 def shown(data: bytes) -> str:
