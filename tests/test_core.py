@@ -317,3 +317,16 @@ def test_padding_rows_of_the_output_layer_are_never_sampled():
     for temperature in (0.0, 1.5):
         ids = model.generate([1], max_tokens=60, temperature=temperature, seed=0, ignore_eos=True).token_ids
         assert max(ids) < 300
+
+
+def test_the_runtime_needs_no_development_package():
+    """`pip install -e .` has no pytest, torch or transformers: every command must still import and run."""
+    blocked = ["pytest", "torch", "transformers", "jsonschema", "matplotlib", "nbclient", "hypothesis"]
+    code = ("import sys\n"
+            f"for name in {blocked!r}: sys.modules[name] = None  # importing any of them now fails\n"
+            "from tinyinfer.cli import build_parser, main\n"
+            "build_parser()\n"
+            "raise SystemExit(main(['generate', 'ROMEO:', '--max-tokens', '5', '--seed', '0']))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip()

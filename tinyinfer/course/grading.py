@@ -12,6 +12,7 @@ An exercise passes when at least one of its tests ran and passed and none failed
 from __future__ import annotations
 
 import json
+import importlib.util
 import os
 import subprocess
 import sys
@@ -20,9 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tinyinfer.course.exercises import Exercise
-from tinyinfer.course.pytest_plugin import REPORT_ENV
 from tinyinfer.course.workspace import SHARED_DATA_ENV, read_state
 from tinyinfer.errors import TinyInferError
+
+# Where the pytest plugin (pytest_plugin.py) writes the outcomes for the grader. Defined here, not there, so
+# that the CLI imports without pytest, a development dependency.
+REPORT_ENV = "TINYINFER_EXERCISE_REPORT"
 
 
 @dataclass
@@ -74,6 +78,8 @@ def run_exercise_tests(workspace: Path, ids: list[str], targets: list[str] | Non
     Returns the plugin's report and pytest's output. `echo` streams the output to the terminal too;
     `first_failure` stops at the first failing test.
     """
+    if importlib.util.find_spec("pytest") is None:
+        raise TinyInferError("grading runs the exercise tests with pytest: install it with pip install -e '.[dev]'")
     workspace = Path(workspace).resolve()
     state = read_state(workspace)
     with tempfile.TemporaryDirectory() as tmp:

@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-REPORT_ENV = "TINYINFER_EXERCISE_REPORT"
+from tinyinfer.course.grading import REPORT_ENV
 ID_OR_CHAPTER = re.compile(r"\d+(\.\d+)?")
 
 
