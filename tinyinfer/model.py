@@ -27,6 +27,7 @@ from tinyinfer.mlp import gelu_mlp, swiglu
 from tinyinfer.moe import moe_feed_forward
 from tinyinfer.norms import apply_norm, rms_norm
 from tinyinfer.rope import apply_rope, inv_frequencies, rope_angles
+from tinyinfer.weights import arrange_for_matvec
 
 
 DECODE_GROUPS = 4  # batched decode attention: groups of similar length, each padded to its own longest
@@ -51,7 +52,7 @@ class Model:
         self.device = device
         self.dtype = np.dtype(dtype)
         self.xp = get_xp(device)
-        self.params = _map_arrays(params, lambda a: to_device(a, device))
+        self.params = _map_arrays(arrange_for_matvec(params, config.tie_word_embeddings), lambda a: to_device(a, device))
         self.generation_config = generation_config or {}
         self.inv_freq = inv_frequencies(config.head_dim, config.rope_theta, config.rope_scaling)
         self.expert_load = None  # filled by Mixture-of-Experts layers when routing statistics are asked for

