@@ -29,20 +29,22 @@ def gelu_tanh(x):
 ACTIVATIONS = {"silu": silu, "gelu_tanh": gelu_tanh}
 
 
-def _linear(x, mlp: dict, name: str):
-    y = x @ mlp[name]  # [T, d_in] -> [T, d_out]
-    bias = mlp.get(f"{name}_bias")
+def linear(x, params: dict, name: str):
+    """The linear layer `name` of a parameter dict: x @ w, plus its bias where the checkpoint has one.
+    Attention's projections (tinyinfer/model.py) use it too."""
+    y = x @ params[name]  # [T, d_in] -> [T, d_out]
+    bias = params.get(f"{name}_bias")
     return y if bias is None else y + bias
 
 
 def swiglu(x, mlp: dict, activation: str = "silu"):
     """[T, d] -> [T, d_ff] -> [T, d], gated."""
     # BEGIN EXERCISE 4.3: the SwiGLU feed-forward
-    hidden = ACTIVATIONS[activation](_linear(x, mlp, "gate")) * _linear(x, mlp, "up")  # [T, d] -> [T, d_ff]
-    return _linear(hidden, mlp, "down")  # [T, d_ff] -> [T, d]
+    hidden = ACTIVATIONS[activation](linear(x, mlp, "gate")) * linear(x, mlp, "up")  # [T, d] -> [T, d_ff]
+    return linear(hidden, mlp, "down")  # [T, d_ff] -> [T, d]
     # END EXERCISE 4.3
 
 
 def gelu_mlp(x, mlp: dict, activation: str = "gelu_tanh"):
     """GPT-2's MLP: [T, d] -> [T, 4d] -> [T, d]."""
-    return _linear(ACTIVATIONS[activation](_linear(x, mlp, "up")), mlp, "down")
+    return linear(ACTIVATIONS[activation](linear(x, mlp, "up")), mlp, "down")

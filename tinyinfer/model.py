@@ -23,7 +23,7 @@ from tinyinfer.backend import get_xp, to_device, to_numpy
 from tinyinfer.config import Config
 from tinyinfer.errors import TinyInferError
 from tinyinfer.kv_cache import ContiguousKVCache
-from tinyinfer.mlp import gelu_mlp, swiglu
+from tinyinfer.mlp import gelu_mlp, linear, swiglu
 from tinyinfer.moe import moe_feed_forward
 from tinyinfer.norms import apply_norm, rms_norm
 from tinyinfer.rope import apply_rope, inv_frequencies, rope_angles
@@ -84,9 +84,9 @@ class Model:
         """Project to q, k, v for all tokens; attend sequence by sequence through the cache; project out."""
         cfg = self.config
         T = h.shape[0]
-        q = _linear(h, layer, "q").reshape(T, cfg.n_heads, cfg.head_dim)  # [T, d] -> [T, H, hd]
-        k = _linear(h, layer, "k").reshape(T, cfg.n_kv_heads, cfg.head_dim)  # [T, d] -> [T, KV, hd]
-        v = _linear(h, layer, "v").reshape(T, cfg.n_kv_heads, cfg.head_dim)  # [T, d] -> [T, KV, hd]
+        q = linear(h, layer, "q").reshape(T, cfg.n_heads, cfg.head_dim)  # [T, d] -> [T, H, hd]
+        k = linear(h, layer, "k").reshape(T, cfg.n_kv_heads, cfg.head_dim)  # [T, d] -> [T, KV, hd]
+        v = linear(h, layer, "v").reshape(T, cfg.n_kv_heads, cfg.head_dim)  # [T, d] -> [T, KV, hd]
         if cfg.qk_norm:  # normalise q and k before rotating them: each head (Qwen3) or all heads as one (OLMoE)
             q, k = _qk_norm(q, layer["q_norm"], cfg), _qk_norm(k, layer["k_norm"], cfg)
         if rope is not None:
@@ -106,7 +106,7 @@ class Model:
             keys, values = cache.read(i, chunk.seq_id, end)  # 2 x [KV, end, hd]
             mask = to_device(causal_mask(n, chunk.start, cfg.window_of(i)), self.device)  # [n, end]
             out[rows] = attention(q[rows], keys, values, mask, cfg.attention_scale(i))  # -> [n, H*hd]
-        return _linear(out, layer, "o")  # [T, H*hd] -> [T, d]
+        return linear(out, layer, "o")  # [T, H*hd] -> [T, d]
 
     def decode_block(self, i: int, chunks: list[SeqChunk], rows: np.ndarray, q, k, v, out, cache) -> None:
         """Attention of many one-token chunks at once, through a cache that reads a batch of sequences
@@ -193,12 +193,6 @@ def _decode_groups(chunks: list[SeqChunk], cache) -> list[list[int]]:
         return []
     size = -(-len(decodes) // DECODE_GROUPS)
     return [decodes[g:g + size] for g in range(0, len(decodes), size)]
-
-
-def _linear(x, layer: dict, name: str):
-    y = x @ layer[name]  # [T, d_in] -> [T, d_out]
-    bias = layer.get(f"{name}_bias")
-    return y if bias is None else y + bias
 
 
 def _leaves(tree):
