@@ -111,9 +111,9 @@ def load_llama2c(path: Path) -> tuple[Config, dict]:
     lm_head = embed.T if cfg.tie_word_embeddings else np.ascontiguousarray(r.take(V, d).T)  # [V, d] -> [d, V]
     layers = [{
         "attn_norm": {"weight": attn_norm[i]},
-        "q": np.ascontiguousarray(interleaved_to_half(wq[i], cfg.n_heads).T),  # [out, in] -> [in, out]
-        "k": np.ascontiguousarray(interleaved_to_half(wk[i], cfg.n_kv_heads).T),
-        "v": np.ascontiguousarray(wv[i].T), "o": np.ascontiguousarray(wo[i].T),
+        "qkv": np.concatenate([interleaved_to_half(wq[i], cfg.n_heads), interleaved_to_half(wk[i], cfg.n_kv_heads),
+                               wv[i]]).T,  # 3 x [out, in] -> [in, d + 2 kv_dim]
+        "o": np.ascontiguousarray(wo[i].T),  # [out, in] -> [in, out]
         "mlp_norm": {"weight": mlp_norm[i]},
         "mlp": {"gate": np.ascontiguousarray(w1[i].T), "up": np.ascontiguousarray(w3[i].T),
                 "down": np.ascontiguousarray(w2[i].T)},

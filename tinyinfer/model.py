@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tinyinfer.attention import attention, causal_mask, decode_attention, decode_mask
+from tinyinfer.attention import attention, causal_mask, decode_attention
 from tinyinfer.backend import get_xp, to_device, to_numpy
 from tinyinfer.config import Config
 from tinyinfer.errors import TinyInferError
@@ -83,10 +83,11 @@ class Model:
     def attention_block(self, i: int, layer: dict, h, chunks: list[SeqChunk], rope, cache):
         """Project to q, k, v for all tokens; attend sequence by sequence through the cache; project out."""
         cfg = self.config
-        T = h.shape[0]
-        q = linear(h, layer, "q").reshape(T, cfg.n_heads, cfg.head_dim)  # [T, d] -> [T, H, hd]
-        k = linear(h, layer, "k").reshape(T, cfg.n_kv_heads, cfg.head_dim)  # [T, d] -> [T, KV, hd]
-        v = linear(h, layer, "v").reshape(T, cfg.n_kv_heads, cfg.head_dim)  # [T, d] -> [T, KV, hd]
+        T, q_dim, kv_dim = h.shape[0], cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
+        qkv = linear(h, layer, "qkv")  # [T, d] -> [T, q_dim + 2 kv_dim]: three projections in one product
+        q = qkv[:, :q_dim].reshape(T, cfg.n_heads, cfg.head_dim)  # -> [T, H, hd]
+        k = qkv[:, q_dim:q_dim + kv_dim].reshape(T, cfg.n_kv_heads, cfg.head_dim)  # -> [T, KV, hd]
+        v = qkv[:, q_dim + kv_dim:].reshape(T, cfg.n_kv_heads, cfg.head_dim)  # -> [T, KV, hd]
         if cfg.qk_norm:  # normalise q and k before rotating them: each head (Qwen3) or all heads as one (OLMoE)
             q, k = _qk_norm(q, layer["q_norm"], cfg), _qk_norm(k, layer["k_norm"], cfg)
         if rope is not None:
@@ -110,13 +111,14 @@ class Model:
 
     def decode_block(self, i: int, chunks: list[SeqChunk], rows: np.ndarray, q, k, v, out, cache) -> None:
         """Attention of many one-token chunks at once, through a cache that reads a batch of sequences
-        (the paged cache of the serving engine): one gather and one batched product instead of a loop."""
-        seq_ids, positions = [c.seq_id for c in chunks], [c.start for c in chunks]
+        (the paged cache of the serving engine): one gather and one batched product instead of a loop.
+        Where the chunks write and read (and their mask) is the same in every layer: the cache works it out
+        at layer 0 (`decode_slots`) and the later layers reuse it."""
+        slots = cache.decode_slots(i, [c.seq_id for c in chunks], [c.start for c in chunks])
         rows = to_device(rows, self.device)
-        cache.write_batch(i, seq_ids, positions, k[rows], v[rows])
-        lengths = np.array(positions) + 1  # [B] each sequence's tokens, the new one included
-        keys, values = cache.read_batch(i, seq_ids, lengths)  # 2 x [KV, B, L, hd], padded to the longest
-        mask = to_device(decode_mask(lengths, keys.shape[2], self.config.window_of(i)), self.device)  # [B, L]
+        cache.write_batch(i, slots, k[rows], v[rows])
+        keys, values = cache.read_batch(i, slots)  # 2 x [KV, B, L, hd], padded to the longest
+        mask = slots.mask(self.config.window_of(i))  # [B, L]
         out[rows] = decode_attention(q[rows], keys, values, mask, self.config.attention_scale(i))  # -> [B, H*hd]
 
     def feed_forward(self, i: int, layer: dict, h):

@@ -5,8 +5,8 @@ model code reads, checking every shape on the way:
 
     params = {
         "embed": [vocab, d],  "pos_embed": [max_len, d] (GPT-2 only),
-        "layers": [{"attn_norm": {"weight", "bias"?}, "q": [d, H*hd], "k": [d, KV*hd], "v": [d, KV*hd],
-                    "o": [H*hd, d], "q_bias"?, "k_bias"?, "v_bias"?, "o_bias"?, "q_norm"?, "k_norm"?,
+        "layers": [{"attn_norm": {"weight", "bias"?}, "qkv": [d, (H + 2*KV)*hd], "o": [H*hd, d],
+                    "qkv_bias"?, "o_bias"?, "q_norm"?, "k_norm"?,
                     "mlp_norm": {...}, "mlp": {"gate"?, "up", "down", "up_bias"?, "down_bias"?}}, ...],
         a Mixture-of-Experts layer's "mlp": {"router": [d, E], "experts": [{"gate", "up", "down"} x E],
                                              "shared"?: {"gate", "up", "down"}, "shared_gate"?: [d, 1]},
@@ -14,7 +14,9 @@ model code reads, checking every shape on the way:
     }
 
 Linear weights are stored as [in, out] so every projection reads `x @ w` (PyTorch's nn.Linear stores
-[out, in]: those are transposed once, at load). Tied embeddings share the embedding table, no copy.
+[out, in]: those are transposed once, at load). The q, k and v projections read the same input, so they
+are stacked side by side into one "qkv" matrix (GPT-2's c_attn already is): one matrix-vector product
+instead of three, which streams faster. Tied embeddings share the embedding table, no copy.
 `arrange_for_matvec` then picks each weight's memory order (not its shape) for the fastest decode step.
 """
 
@@ -65,7 +67,7 @@ def norm(get: Getter, prefix: str, d: int, with_bias: bool) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# GPT-2: Conv1D layers already store [in, out]; q, k and v come fused in one c_attn matrix.
+# GPT-2: Conv1D layers already store [in, out]; q, k and v come stacked in one c_attn matrix.
 # ---------------------------------------------------------------------------------------------------------------
 
 def gpt2_params(get: Getter, cfg: Config) -> dict:
@@ -73,13 +75,9 @@ def gpt2_params(get: Getter, cfg: Config) -> dict:
     layers = []
     for i in range(cfg.n_layers):
         p = f"h.{i}"
-        qkv = get(f"{p}.attn.c_attn.weight", (d, 3 * d))
-        qkv_bias = get(f"{p}.attn.c_attn.bias", (3 * d,))
-        q, k, v = (np.ascontiguousarray(w) for w in np.split(qkv, 3, axis=1))  # [d, 3d] -> 3 x [d, d]
-        q_bias, k_bias, v_bias = np.split(qkv_bias, 3)  # [3d] -> 3 x [d]
         layers.append({
             "attn_norm": norm(get, f"{p}.ln_1", d, True),
-            "q": q, "k": k, "v": v, "q_bias": q_bias, "k_bias": k_bias, "v_bias": v_bias,
+            "qkv": get(f"{p}.attn.c_attn.weight", (d, 3 * d)), "qkv_bias": get(f"{p}.attn.c_attn.bias", (3 * d,)),
             "o": get(f"{p}.attn.c_proj.weight", (d, d)), "o_bias": get(f"{p}.attn.c_proj.bias", (d,)),
             "mlp_norm": norm(get, f"{p}.ln_2", d, True),
             "mlp": {"up": get(f"{p}.mlp.c_fc.weight", (d, cfg.d_ff)), "up_bias": get(f"{p}.mlp.c_fc.bias", (cfg.d_ff,)),
@@ -97,11 +95,11 @@ def gpt2_params(get: Getter, cfg: Config) -> dict:
 def llama_attention(get: Getter, cfg: Config, p: str) -> dict:
     """q/k/v/o projections of one layer (`p` = "model.layers.{i}.self_attn"), biases and q/k norms as configured."""
     d, q_dim, kv_dim = cfg.d_model, cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
-    attn = {"q": linear(get, f"{p}.q_proj.weight", d, q_dim), "k": linear(get, f"{p}.k_proj.weight", d, kv_dim),
-            "v": linear(get, f"{p}.v_proj.weight", d, kv_dim), "o": linear(get, f"{p}.o_proj.weight", q_dim, d)}
+    widths = {"q": q_dim, "k": kv_dim, "v": kv_dim}
+    attn = {"qkv": np.concatenate([linear(get, f"{p}.{n}_proj.weight", d, w) for n, w in widths.items()], axis=1),
+            "o": linear(get, f"{p}.o_proj.weight", q_dim, d)}  # qkv: 3 x [d, width] -> [d, q_dim + 2 kv_dim]
     if cfg.qkv_bias:
-        attn |= {"q_bias": get(f"{p}.q_proj.bias", (q_dim,)), "k_bias": get(f"{p}.k_proj.bias", (kv_dim,)),
-                 "v_bias": get(f"{p}.v_proj.bias", (kv_dim,))}
+        attn["qkv_bias"] = np.concatenate([get(f"{p}.{n}_proj.bias", (w,)) for n, w in widths.items()])
     if cfg.o_bias:
         attn["o_bias"] = get(f"{p}.o_proj.bias", (d,))
     if cfg.qk_norm:  # one head wide (Qwen3), or the whole projection (OLMoE)
