@@ -135,7 +135,7 @@ def test_bench_grammar_reports_coverage_and_mask_times(tmp_path, capsys):
     rows = [{"subset": "tiny", "source_path": f"s{i}", "schema": schema,
              "tests": [{"valid": False, "data": "not an object"}]}
             for i, schema in enumerate([{"type": "object", "properties": {"a": {"type": "integer"}}},
-                                        {"type": "integer", "not": {"multipleOf": 2}}])]
+                                        {"type": "array", "not": {"uniqueItems": True}}])]
     (tmp_path / "tiny.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
     tokenizer = shared_data("tokenizers/gpt2/tokenizer.json")
     assert main(["bench", "grammar", "--schemas", str(tmp_path), "--tokenizer", str(tokenizer),

@@ -18,14 +18,16 @@ Design:
 - `not X` is replaced by X's complement where that is expressible (json_schema_logic.py: other types,
   the other side of a bound, a missing required key, strings or numbers other than given ones...), and
   `if C then T else E` by the disjoint cases `C and T`, `(not C) and E`.
+- Numbers with `multipleOf` (integer or decimal steps), `not multipleOf`, or bounds that are not integers
+  are automata over the number's text (number_dfa.py): divisibility and comparison read digit by digit.
 - String constraints that a single expression cannot hold together (pattern and length, two patterns,
   pattern and format, not-pattern) are intersected as deterministic automata (regex_dfa.py); so are
   object keys under `patternProperties` (split by the set of patterns each key matches) and `propertyNames`.
 - `contains` counts matching items between the others; `uniqueItems` is exact over a finite set of item
   values. An optional property whose schema admits no value is left out (the key then never appears).
 - A keyword the grammar cannot express is refused with TinyInferError naming the keyword and the path
-  (`not` of a multipleOf, `uniqueItems` over open-ended items, `oneOf` with overlapping branches,
-  decimal `multipleOf`...). Keywords that only annotate (title, description, default, examples,
+  (`uniqueItems` over open-ended items, `oneOf` with overlapping branches, a decimal `multipleOf` that
+  float division decides inexactly...). Keywords that only annotate (title, description, default, examples,
   $schema, ...) are ignored, and so are words outside the JSON Schema vocabulary, exactly as validators
   ignore them.
 """
@@ -35,6 +37,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
+from fractions import Fraction
 from urllib.parse import unquote
 
 from tinyinfer.constrain.automaton import compile_grammar
@@ -49,8 +52,22 @@ from tinyinfer.constrain.grammar import (
     optional,
     seq,
 )
-from tinyinfer.constrain.json_schema_check import Undecidable, equal, finite_values, satisfies, search
-from tinyinfer.constrain.json_schema_logic import ALL_PATTERNS, NOT_PATTERNS, NOT_STRINGS, NotExpressible, negate
+from tinyinfer.constrain.json_schema_check import (
+    Undecidable,
+    equal,
+    finite_values,
+    satisfies,
+    search,
+)
+from tinyinfer.constrain.json_schema_logic import (
+    ALL_MULTIPLES,
+    ALL_PATTERNS,
+    NOT_MULTIPLES,
+    NOT_PATTERNS,
+    NOT_STRINGS,
+    NotExpressible,
+    negate,
+)
 from tinyinfer.constrain.json_schema_merge import (
     ANNOTATIONS,
     EmptySchemaError,
@@ -68,13 +85,22 @@ from tinyinfer.constrain.json_values import (
     int_range,
     is_integral,
     json_content,
-    multiple_of,
     quoted,
     string_not_in,
 )
+from tinyinfer.constrain.number_dfa import bound_dfa, decimal_steps, multiples_dfa
 from tinyinfer.constrain.parser import ByteParser
 from tinyinfer.constrain.regex import pattern_to_expr, regex_to_expr
-from tinyinfer.constrain.regex_dfa import Dfa, accepts, complement, dfa_of, intersect, length_dfa, to_rules
+from tinyinfer.constrain.regex_dfa import (
+    Dfa,
+    accepts,
+    complement,
+    dfa_of,
+    intersect,
+    length_dfa,
+    minimize,
+    to_rules,
+)
 from tinyinfer.errors import TinyInferError
 
 TYPES = ("null", "boolean", "object", "array", "string", "number", "integer")
@@ -83,12 +109,11 @@ SUPPORTED = {"type", "enum", "const", "properties", "required", "additionalPrope
              "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "anyOf", "oneOf", "allOf", "$ref",
              "minProperties", "maxProperties", "uniqueItems", "patternProperties", "dependencies",
              "dependentRequired", "dependentSchemas", "propertyNames", "contains", "minContains", "maxContains", NOT_STRINGS,
-             NOT_PATTERNS, ALL_PATTERNS}
+             NOT_PATTERNS, ALL_PATTERNS, NOT_MULTIPLES, ALL_MULTIPLES}
 UNSUPPORTED = {"not", "if", "unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$dynamicAnchor",
                "$recursiveRef", "$recursiveAnchor", "contentSchema"}
 STRING_KEYWORDS = {"type", "pattern", "minLength", "maxLength", "format", "enum", "const", NOT_STRINGS, NOT_PATTERNS,
                    ALL_PATTERNS}
-MAX_MULTIPLE_OF = 1000  # the divisibility automaton has this many rules at most
 MAX_DEPENDENCIES = 6  # each one doubles the branches
 MAX_UNIQUE_ITEMS = 8  # uniqueItems writes one rule per subset of the item values
 MAX_PATTERN_PROPERTIES = 4  # each key pattern doubles the kinds of undeclared keys
@@ -404,54 +429,60 @@ class _Compiler:
         return quoted(start)
 
     def integer(self, schema: dict, path: str):
-        lo, lo_open, hi, hi_open = _bounds(schema, path)
-        lo = None if lo is None else (int(lo) + 1 if lo_open and is_integral(lo) else -int(-lo // 1))
-        hi = None if hi is None else (int(hi) - 1 if hi_open and is_integral(hi) else int(hi // 1))
-        step = schema.get("multipleOf")
-        if step is not None and not (is_integral(step) and step > 0):
-            raise schema_error(path, f"multipleOf {step} is supported only as a positive integer")
-        if lo is not None and hi is not None and lo > hi:
-            raise empty_error(path, f"no integer lies between the bounds {lo} and {hi}")
-        if step is None or step == 1:
-            return Ref("json-integer") if lo is None and hi is None else int_range(lo, hi)
-        return self.multiple(int(step), lo, hi, path)
-
-    def multiple(self, step: int, lo, hi, path: str):
-        """Integers divisible by `step`, with at most a sign bound (lo >= 0 or hi <= 0) near zero."""
-        if step > MAX_MULTIPLE_OF:
-            raise schema_error(path, f"multipleOf {step} is larger than the supported {MAX_MULTIPLE_OF}")
-        if (lo is not None and not 0 <= lo <= step) or (hi is not None and not -step <= hi <= 0) or (
-            lo is not None and hi is not None):
-            raise schema_error(path, "multipleOf with bounds is supported only for a bound between -step and step")
-        prefix = f"mult-{step}"
-        first, rules = multiple_of(step, prefix)
-        self.rules.update(rules)
-        options = []
-        if lo is None:
-            options.append(seq(Literal("-"), first))
-        if hi is None:
-            options.append(first)
-        if (lo is None or lo <= 0) and (hi is None or hi >= 0):
-            options.append(Literal("0"))
-        return alt(*options)
+        return self.numeric(schema, path, integer=True)
 
     def number(self, schema: dict, path: str):
+        return self.numeric(schema, path, integer=False)
+
+    def numeric(self, schema: dict, path: str, integer: bool):
+        """Digit patterns for plain ranges (json_values.py); an automaton over the text (number_dfa.py)
+        for multipleOf, `not multipleOf` and bounds that are not integers."""
         lo, lo_open, hi, hi_open = _bounds(schema, path)
-        step = schema.get("multipleOf")
-        if step is not None:
-            if not (is_integral(step) and step > 0):
-                raise schema_error(path, f"multipleOf {step} is supported only as a positive integer "
-                                   "(decimal steps are inexact in binary floating point)")
-            return self.integer(schema, path)
+        steps = ([schema["multipleOf"]] if "multipleOf" in schema else []) + list(schema.get(ALL_MULTIPLES, []))
+        not_steps = list(schema.get(NOT_MULTIPLES, []))
+        for step in steps + not_steps:
+            if isinstance(step, bool) or not isinstance(step, (int, float)) or step <= 0:
+                raise schema_error(path, f"multipleOf must be a positive number, not {step!r}")
+        if steps or not_steps or not all(b is None or is_integral(b) for b in (lo, hi)):
+            return self.number_rules(steps, not_steps, (lo, lo_open, hi, hi_open), integer, path)
+        if integer:
+            lo = None if lo is None else int(lo) + (1 if lo_open else 0)
+            hi = None if hi is None else int(hi) - (1 if hi_open else 0)
+            if lo is not None and hi is not None and lo > hi:
+                raise empty_error(path, f"no integer lies between the bounds {lo} and {hi}")
+            return Ref("json-integer") if lo is None and hi is None else int_range(lo, hi)
         if lo is None and hi is None:
             return Ref("json-number")
-        for name, bound in (("minimum", lo), ("maximum", hi)):
-            if bound is not None and not is_integral(bound):
-                raise schema_error(path, f"a non-integer {name} ({bound}) on a number is not supported")
         try:
             return decimal_range(lo, lo_open, hi, hi_open)
         except ValueError:
             raise empty_error(path, f"no number lies between the bounds {lo} and {hi}") from None
+
+    def number_rules(self, steps: list, not_steps: list, bounds: tuple, integer: bool, path: str):
+        """Numbers as the intersection of one automaton per bound, then divisibility within them."""
+        lo, lo_open, hi, hi_open = bounds
+        try:
+            divisible, magnitude = decimal_steps(steps, not_steps, integer)
+            limits = [(lo, lo_open, False), (hi, hi_open, True)]
+            if magnitude is not None:  # (float division is exact below it)
+                limits += [(-magnitude, True, False), (magnitude, True, True)]
+            within = None
+            for limit, open_, upper in limits:
+                if limit is not None:
+                    automaton = bound_dfa(Fraction(limit), open_, upper)
+                    within = minimize(automaton if within is None else intersect(within, automaton))
+            automaton = minimize(multiples_dfa(divisible, within))
+        except ValueError as e:
+            raise schema_error(path, str(e)) from None
+        except TinyInferError as e:
+            raise schema_error(path, f"multipleOf: {e}") from None
+        self.counter += 1
+        try:
+            start, rules = to_rules(automaton, f"num-{self.counter}")
+        except ValueError:
+            raise empty_error(path, "no number satisfies multipleOf and the bounds together") from None
+        self.rules.update(rules)
+        return start
 
     # ------------------------------------------------------------ arrays and objects
     def array(self, schema: dict, path: str):

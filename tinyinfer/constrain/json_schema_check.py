@@ -22,7 +22,13 @@ from functools import lru_cache
 
 from tinyinfer.constrain.automaton import compile_grammar
 from tinyinfer.constrain.grammar import Grammar
-from tinyinfer.constrain.json_schema_logic import ALL_PATTERNS, NOT_PATTERNS, NOT_STRINGS
+from tinyinfer.constrain.json_schema_logic import (
+    ALL_MULTIPLES,
+    ALL_PATTERNS,
+    NOT_MULTIPLES,
+    NOT_PATTERNS,
+    NOT_STRINGS,
+)
 from tinyinfer.constrain.parser import ByteParser
 from tinyinfer.constrain.regex import pattern_to_expr
 from tinyinfer.errors import TinyInferError
@@ -276,4 +282,6 @@ _KEYWORDS = {
         search(p, value) for p in patterns),
     ALL_PATTERNS: lambda self, value, patterns, schema: not isinstance(value, str) or all(
         search(p, value) for p in patterns),
+    NOT_MULTIPLES: lambda self, value, steps, schema: not any(self.multiple_of(value, s, schema) for s in steps),
+    ALL_MULTIPLES: lambda self, value, steps, schema: all(self.multiple_of(value, s, schema) for s in steps),
 }

@@ -14,9 +14,10 @@ bound fails":
                                                       {"type": "number", "exclusiveMinimum": 3}]}
 
 Strings other than a finite set, or not matching a pattern, are said with the private keywords NOT_STRINGS
-and NOT_PATTERNS, which the compiler turns into automata (regex_dfa.py). Keywords whose complement a
-grammar cannot say (`multipleOf`, `uniqueItems`, `patternProperties`, `dependencies`, keywords that read
-each other such as `additionalProperties` with `properties`) raise NotExpressible, and the caller refuses the schema with the keyword's name.
+and NOT_PATTERNS, which the compiler turns into automata (regex_dfa.py); numbers that are no multiple of a
+step with NOT_MULTIPLES (number_dfa.py). Keywords whose complement a grammar cannot say (`uniqueItems`,
+`patternProperties`, `dependencies`, keywords that read each other such as `additionalProperties` with
+`properties`) raise NotExpressible, and the caller refuses the schema with the keyword's name.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ TYPES = ("null", "boolean", "object", "array", "string", "number")  # "integer" 
 NOT_STRINGS = ("not", "strings")
 NOT_PATTERNS = ("not", "patterns")
 ALL_PATTERNS = ("all", "patterns")
+NOT_MULTIPLES = ("not", "multiples")  # a number, but a multiple of none of these steps
+ALL_MULTIPLES = ("all", "multiples")  # a multiple of each of these steps too (two `multipleOf`s merged)
 # keyword -> (the type it is about, the keyword that bounds the other side, how the bound moves)
 _COUNTERS = {"minLength": ("string", "maxLength", -1), "maxLength": ("string", "minLength", 1),
              "minItems": ("array", "maxItems", -1), "maxItems": ("array", "minItems", 1),
@@ -89,6 +92,8 @@ def _negate_keyword(key: str, value, resolve, annotations):
         return {"anyOf": [{"type": "object", "properties": {name: False}} for name in value]}
     if key == "pattern":
         return {"type": "string", NOT_PATTERNS: [value]}
+    if key == "multipleOf":
+        return {"type": "number", NOT_MULTIPLES: [value]}
     if key == "items" and isinstance(value, (dict, bool)):  # some item fails it
         return {"type": "array", "contains": negate(value, resolve, annotations)}
     if key == "contains":  # no item matches

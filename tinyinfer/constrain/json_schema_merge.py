@@ -15,7 +15,9 @@ import math
 
 from tinyinfer.constrain.json_schema_check import Undecidable, search
 from tinyinfer.constrain.json_schema_logic import (
+    ALL_MULTIPLES,
     ALL_PATTERNS,
+    NOT_MULTIPLES,
     NOT_PATTERNS,
     NOT_STRINGS,
     READ_EACH_OTHER,
@@ -206,10 +208,12 @@ def _merge_two(a: dict, b: dict, path: str) -> dict:
             out[key] = min(mine, value)
         elif key == "enum":
             out[key] = [v for v in mine if v in value]
-        elif key in (NOT_STRINGS, NOT_PATTERNS, ALL_PATTERNS):
+        elif key in (NOT_STRINGS, NOT_PATTERNS, ALL_PATTERNS, NOT_MULTIPLES, ALL_MULTIPLES):
             out[key] = list(mine) + list(value)
         elif key == "multipleOf" and is_integral(mine) and is_integral(value):  # of both: of their lcm
             out[key] = math.lcm(int(mine), int(value))
+        elif key == "multipleOf":  # decimal steps: the number automaton takes them all
+            out[ALL_MULTIPLES] = [*out.get(ALL_MULTIPLES, []), value]
         elif key == "patternProperties" and "additionalProperties" not in a and "additionalProperties" not in b:
             out[key] = {p: {"allOf": [mine[p], value[p]]} if p in mine and p in value else mine.get(p, value.get(p))
                         for p in {**mine, **value}}

@@ -220,21 +220,6 @@ def int_range(lo: int | None, hi: int | None) -> object:
     return alt(*options)
 
 
-def multiple_of(k: int, rule_prefix: str) -> tuple[object, dict[str, object]]:
-    """Naturals divisible by k: a k-state remainder automaton written as rules. Returns (expr, rules).
-
-    Rule `<prefix>-r` derives the digit strings that take remainder r to 0 (reading left to right,
-    r -> (10 r + d) mod k)."""
-    name = [f"{rule_prefix}-{r}" for r in range(k)]
-    rules = {}
-    for r in range(k):
-        options = [EMPTY] if r == 0 else []
-        options += [seq(Literal(str(d)), Ref(name[(10 * r + d) % k])) for d in range(10)]
-        rules[name[r]] = alt(*options)
-    first = alt(*(seq(Literal(str(d)), Ref(name[d % k])) for d in range(1, 10)))
-    return first, rules
-
-
 def decimal_range(lo: float | None, lo_open: bool, hi: float | None, hi_open: bool) -> object:
     """JSON numbers (no exponent) in an interval whose finite ends are integers."""
     options = []

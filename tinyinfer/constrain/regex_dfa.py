@@ -8,11 +8,16 @@ per state, each character class on the JSON-escaped text (json_values.json_conte
     dfa_of(regex_to_expr("a+"))                  states 0 -a-> 1 -a-> 1, 1 accepting
     complement(that)                             accepts "", "b", "ab", ...: everything but a+
     intersect(dfa_of(A), length_dfa(2, 5))       A with 2 to 5 characters
+    union(A, B) = complement(intersect(complement(A), complement(B)))      (De Morgan)
+    minimize(that)                               the fewest states for the same language
     to_rules(dfa, "str-3")                       str-3-0 ::= "a" str-3-1 ;  str-3-1 ::= "a" str-3-1 | ""
 
 Edges carry code point ranges; a state's ranges never overlap. Built by the subset construction from a
 Thompson automaton of the expression (Literal, CharClass, Seq, Alt, Repeat; no rule references).
 States that cannot reach acceptance are dropped when writing rules, so no rule leads into a dead end.
+Regular languages are closed under all three operations, so any boolean combination of patterns stays one
+automaton; `minimize` (Moore's partition refinement) after each operation keeps products small.
+`explore` builds an automaton from a transition function over hashable states (number_dfa.py uses it).
 """
 
 from __future__ import annotations
@@ -83,6 +88,69 @@ def intersect(a: Dfa, b: Dfa) -> Dfa:
                     out.append((lo, hi, index[(t1, t2)]))
         edges.append(out)
         accepting.append(a.accepting[p] and b.accepting[q])
+    return Dfa(edges, accepting)
+
+
+def union(a: Dfa, b: Dfa) -> Dfa:
+    """Strings either accepts (De Morgan: not (not a and not b))."""
+    return complement(intersect(complement(a), complement(b)))
+
+
+def minimize(d: Dfa) -> Dfa:
+    """The smallest automaton for the same language (Moore's algorithm): drop the states that cannot reach
+    acceptance, then split states into blocks until two states share a block only when every character
+    takes them to the same block. The start stays state 0; the empty language is one rejecting state."""
+    live = _co_reachable(d)
+    if 0 not in live:
+        return Dfa([[]], [False])
+    block = {s: int(d.accepting[s]) for s in live}
+    while True:
+        signatures: dict = {}
+        refined = {s: signatures.setdefault((block[s], _signature(d.edges[s], block)), len(signatures)) for s in live}
+        if len(signatures) == len(set(block.values())):
+            break
+        block = refined
+    member = {}  # one state per block
+    for s in live:
+        member.setdefault(block[s], s)
+    number, todo, edges = {block[0]: 0}, [block[0]], []
+    while todo:  # number the blocks breadth first from the start's
+        out = _signature(d.edges[member[todo.pop(0)]], block)
+        for _, _, b in out:
+            if b not in number:
+                number[b] = len(number)
+                todo.append(b)
+        edges.append([(lo, hi, number[b]) for lo, hi, b in out])
+    accepting = [False] * len(number)
+    for b, i in number.items():
+        accepting[i] = d.accepting[member[b]]
+    return Dfa(edges, accepting)
+
+
+def explore(start, step, is_accepting, alphabet: str) -> Dfa:
+    """The automaton of the states reachable from `start`, where `step(state, ch)` is the next state (None:
+    no move) for each character of `alphabet`; states are any hashable values.
+
+        explore(0, lambda r, ch: (10 * r + int(ch)) % 3, lambda r: r == 0, "0123456789")
+        -> decimal digit strings divisible by 3 (three states)"""
+    index, edges, accepting, todo = {start: 0}, [], [], [start]
+    while todo:
+        state = todo.pop(0)
+        out: list[tuple[int, int, int]] = []
+        for ch in sorted(alphabet):
+            target = step(state, ch)
+            if target is None:
+                continue
+            if target not in index:
+                index[target] = len(index)
+                todo.append(target)
+                _check_size(len(index))
+            if out and out[-1][1] == ord(ch) - 1 and out[-1][2] == index[target]:
+                out[-1] = (out[-1][0], ord(ch), index[target])
+            else:
+                out.append((ord(ch), ord(ch), index[target]))
+        edges.append(out)
+        accepting.append(is_accepting(state))
     return Dfa(edges, accepting)
 
 
@@ -215,6 +283,19 @@ def _fill(edges: list[tuple[int, int, int]], dead: int) -> list[tuple[int, int, 
     gaps.append((at, 0x10FFFF))
     missing = [(max(lo, ulo), min(hi, uhi)) for lo, hi in gaps for ulo, uhi in UNIVERSE if max(lo, ulo) <= min(hi, uhi)]
     return edges + [(lo, hi, dead) for lo, hi in missing]
+
+
+def _signature(edges, block: dict) -> tuple[tuple[int, int, int], ...]:
+    """A state's edges into live states, targets replaced by their blocks, adjacent ranges joined."""
+    out: list[tuple[int, int, int]] = []
+    for lo, hi, t in sorted(edges):
+        if t not in block:
+            continue
+        if out and out[-1][1] == lo - 1 and out[-1][2] == block[t]:
+            out[-1] = (out[-1][0], hi, block[t])
+        else:
+            out.append((lo, hi, block[t]))
+    return tuple(out)
 
 
 def _co_reachable(d: Dfa) -> set[int]:
