@@ -24,10 +24,33 @@ stores the tables it is given (`tables[seq_id]`) and the numbers.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 
+from tinyinfer.attention import decode_mask
 from tinyinfer.config import Config
 from tinyinfer.errors import TinyInferError
+
+
+@dataclass
+class DecodeSlots:
+    """Where a decode step of B sequences writes its new keys and values, and where it reads all of theirs."""
+
+    blocks: object  # [B] the block of each new token (arrays on the cache's device)
+    offsets: object  # [B] its place in that block
+    tables: object  # [B, n] each sequence's first n blocks, padded with block 0 (which the mask hides)
+    lengths: np.ndarray  # [B] tokens of each sequence, the new one included
+    padded_len: int  # L = n * block_size: the keys read for every sequence
+    xp: object = np
+    masks: dict = field(default_factory=dict)  # window -> mask, made when the first layer asks
+
+    def mask(self, window: int | None):
+        """The additive attention mask [B, L] of these sequences: made once per step for each window size,
+        and reused by every layer with that window."""
+        if window not in self.masks:
+            self.masks[window] = self.xp.asarray(decode_mask(self.lengths, self.padded_len, window))  # [B, L]
+        return self.masks[window]
 
 
 class PagedKVCache:
@@ -41,6 +64,7 @@ class PagedKVCache:
         self.v = [xp.zeros(shape, dtype=dtype) for _ in range(config.n_layers)]
         self.tables: dict[int, list[int]] = {}  # seq_id -> block ids, in position order
         self.xp = xp
+        self._slots: dict[tuple, DecodeSlots] = {}  # decode slots of the forward pass under way, per batch
 
     @property
     def nbytes(self) -> int:
@@ -58,16 +82,9 @@ class PagedKVCache:
         >>> [a.tolist() for a in cache.slots(0, 2, 6)]
         [[7, 7, 2, 2], [2, 3, 0, 1]]
         """
-        table = self.tables.get(seq_id)
-        n_blocks_needed = -(-end // self.block_size)
-        if table is None or len(table) < n_blocks_needed:
-            held = 0 if table is None else len(table)
-            raise TinyInferError(
-                f"sequence {seq_id} needs {n_blocks_needed} blocks for {end} positions but holds {held}: "
-                "allocate its blocks before running the model"
-            )
         positions = np.arange(start, end)  # [n]
-        return np.asarray(table, dtype=np.int64)[positions // self.block_size], positions % self.block_size
+        table = np.asarray(self._table(seq_id, end), dtype=np.int64)
+        return table[positions // self.block_size], positions % self.block_size
 
     def write(self, layer: int, seq_id: int, start: int, k, v) -> None:
         """Store k, v [n, KV, hd] at positions start..start+n-1 of the sequence, in the blocks of its table."""
@@ -87,24 +104,61 @@ class PagedKVCache:
 
     # -- a batch of sequences at once (the decode step of many sequences; see Model.decode_block) ----------
 
-    def write_batch(self, layer: int, seq_ids: list[int], positions: list[int], k, v) -> None:
-        """One new token for each sequence: k, v [B, KV, hd] stored at positions[b] of sequence seq_ids[b]."""
-        bs = self.block_size
-        blocks = self._on_device(np.array([self.tables[s][p // bs] for s, p in zip(seq_ids, positions)]))  # [B]
-        offsets = self._on_device(np.asarray(positions) % bs)  # [B]
-        self.k[layer][:, blocks, offsets] = k.transpose(1, 0, 2)  # [B, KV, hd] -> [KV, B, hd]
-        self.v[layer][:, blocks, offsets] = v.transpose(1, 0, 2)
+    def decode_slots(self, layer: int, seq_ids: list[int], positions: list[int]) -> DecodeSlots:
+        """Where a decode step of many sequences writes and reads: the new token of sequence seq_ids[b] is
+        at positions[b]. Every layer of the step asks for the same slots, and block tables never change in
+        the middle of a forward pass, so layer 0 works them out and the later layers reuse them; the last
+        layer lets them go.
 
-    def read_batch(self, layer: int, seq_ids: list[int], lengths) -> tuple:
-        """Keys and values of many sequences, padded to the longest: 2 x [KV, B, L, hd], L a whole number of
-        blocks. Sequence b's positions 0..lengths[b]-1 are real; the rest is padding for the mask to hide."""
-        n = -(-int(max(lengths)) // self.block_size)  # blocks of the longest sequence
+        >>> cache = PagedKVCache.__new__(PagedKVCache); cache.block_size = 4; cache.k = [None]; cache.xp = np
+        >>> cache.tables, cache._slots = {0: [7, 2], 1: [5]}, {}
+        >>> slots = cache.decode_slots(0, [0, 1], [5, 2])
+        >>> slots.blocks.tolist(), slots.offsets.tolist(), slots.tables.tolist()
+        ([2, 5], [1, 2], [[7, 2], [5, 0]])
+        """
+        key = (tuple(seq_ids), tuple(positions))
+        slots = self._slots.get(key) if layer > 0 else None
+        if slots is None:
+            slots = self._build_slots(seq_ids, positions)
+        if layer < len(self.k) - 1:
+            self._slots[key] = slots
+        else:
+            self._slots.pop(key, None)
+        return slots
+
+    def write_batch(self, layer: int, slots: DecodeSlots, k, v) -> None:
+        """One new token for each sequence of `slots`: k, v [B, KV, hd] stored at their slots."""
+        self.k[layer][:, slots.blocks, slots.offsets] = k.transpose(1, 0, 2)  # [B, KV, hd] -> [KV, B, hd]
+        self.v[layer][:, slots.blocks, slots.offsets] = v.transpose(1, 0, 2)
+
+    def read_batch(self, layer: int, slots: DecodeSlots) -> tuple:
+        """Keys and values of the sequences of `slots`, padded to the longest: 2 x [KV, B, L, hd], L a whole
+        number of blocks. Sequence b's positions 0..lengths[b]-1 are real; the rest is padding for the mask."""
+        return self._gather(self.k[layer], slots.tables), self._gather(self.v[layer], slots.tables)
+
+    def _build_slots(self, seq_ids: list[int], positions: list[int]) -> DecodeSlots:
+        positions = np.asarray(positions, dtype=np.int64)  # [B]
+        lengths = positions + 1  # [B] each sequence's tokens, the new one included
+        n = -(-int(lengths.max()) // self.block_size)  # blocks of the longest sequence
         tables = np.zeros((len(seq_ids), n), dtype=np.int64)  # [B, n]; padding points at block 0, masked later
-        for row, seq_id in enumerate(seq_ids):
-            table = self.tables[seq_id][:n]
-            tables[row, :len(table)] = table
-        tables = self._on_device(tables)
-        return self._gather(self.k[layer], tables), self._gather(self.v[layer], tables)
+        for row, (seq_id, end) in enumerate(zip(seq_ids, lengths.tolist())):
+            table = self._table(seq_id, end)
+            tables[row, :len(table)] = table[:n]
+        blocks = tables[np.arange(len(seq_ids)), positions // self.block_size]  # [B, n] -> [B]: each new token's block
+        return DecodeSlots(self._on_device(blocks), self._on_device(positions % self.block_size),
+                           self._on_device(tables), lengths, n * self.block_size, self.xp)
+
+    def _table(self, seq_id: int, end: int) -> list[int]:
+        """The block table of a sequence, checked to cover positions 0..end-1."""
+        table = self.tables.get(seq_id)
+        n_blocks_needed = -(-end // self.block_size)
+        if table is None or len(table) < n_blocks_needed:
+            held = 0 if table is None else len(table)
+            raise TinyInferError(
+                f"sequence {seq_id} needs {n_blocks_needed} blocks for {end} positions but holds {held}: "
+                "allocate its blocks before running the model"
+            )
+        return table
 
     def _gather(self, pool, table):
         """The blocks listed in `table` (any shape [...]), each sequence's run of blocks joined into positions.

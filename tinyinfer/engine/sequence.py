@@ -62,9 +62,13 @@ class RequestMetrics:
         return (self.finished or self.arrival) - self.arrival
 
 
-@dataclass
+@dataclass(eq=False)
 class Sequence:
-    """A request's state in the engine. `seq_id` names its block table in the paged cache."""
+    """A request's state in the engine. `seq_id` names its block table in the paged cache.
+
+    Compared by identity (eq=False): two sequences are two requests even when every field agrees, and the
+    scheduler's `seq in running` stays a pointer comparison instead of a field-by-field one.
+    """
 
     request_id: str
     seq_id: int
