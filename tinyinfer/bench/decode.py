@@ -2,7 +2,8 @@
 
 1. The memory-bandwidth bound. A decode step of one sequence reads every weight once, so
    tokens/s <= bandwidth / bytes of weights. The bandwidth is measured here, by copying a large array, in
-   the same run; the ratio says how close the NumPy forward pass comes to what the memory allows.
+   the same run; the ratio says how close the NumPy forward pass comes to what the memory allows. A copy
+   also writes, and on some machines reading alone streams faster: there the ratio can pass 100%.
 2. Hugging Face transformers (when installed, on an HF checkpoint): its own cached greedy `generate` on the
    same weights with the same thread count. Decode time = generate(N tokens) - generate(1 token).
 
@@ -41,7 +42,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--prompt-tokens", type=int, default=128, help="prompt length for the prefill measurement")
     parser.add_argument("--tokens", type=int, default=64, help="decode steps to time")
     parser.add_argument("--threads", type=int, default=os.cpu_count(), help="threads for PyTorch (NumPy uses OpenBLAS's)")
-    parser.add_argument("--rounds", type=int, default=3, help="alternating timing rounds; the best of each runtime counts")
+    parser.add_argument("--rounds", type=int, default=5, help="alternating timing rounds; the best of each runtime counts")
     parser.add_argument("--no-hf", action="store_true", help="skip the transformers comparison")
 
 
@@ -128,7 +129,7 @@ def run(args) -> int:
         print(f"model: {source} ({cfg.model_type}, {model.n_params / 1e6:.1f}M parameters, "
               f"{weight_bytes / 2**20:.0f} MiB as {model.dtype})")
         print(f"threads: numpy/OpenBLAS {os.environ.get('OPENBLAS_NUM_THREADS', os.cpu_count())}, torch {args.threads}")
-        bandwidth = measure_copy_bandwidth()
+        bandwidth = measure_copy_bandwidth(repeats=10)
         # one decode step reads every weight once; of a Mixture-of-Experts only the chosen experts (tinyinfer/moe.py)
         read_bytes = param_count(cfg, active=True) * model.dtype.itemsize if cfg.n_experts else weight_bytes
         bound = bandwidth / read_bytes
