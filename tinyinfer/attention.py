@@ -93,9 +93,11 @@ def decode_attention(q, k, v, mask, scale: float | None = None):
     B, n_heads, hd = q.shape
     n_kv = k.shape[0]
     group = n_heads // n_kv
-    q = q.reshape(B, n_kv, group, hd).transpose(1, 0, 2, 3)  # [B, H, hd] -> [KV, B, G, hd]: head h reads h // G
     scale = hd**-0.5 if scale is None else scale
-    scores = q @ k.transpose(0, 1, 3, 2) * scale  # [KV, B, G, hd] @ [KV, B, hd, L] -> [KV, B, G, L]
-    weights = softmax(scores + mask[None, :, None, :])  # [KV, B, G, L]; padding gets weight exactly 0
+    q = q * scale  # scaling the B*H*hd query numbers instead of the B*H*L scores: one pass less over the big array
+    q = q.reshape(B, n_kv, group, hd).transpose(1, 0, 2, 3)  # [B, H, hd] -> [KV, B, G, hd]: head h reads h // G
+    scores = q @ k.transpose(0, 1, 3, 2)  # [KV, B, G, hd] @ [KV, B, hd, L] -> [KV, B, G, L]
+    scores += mask[None, :, None, :]  # in place (the scores are a fresh array); padding gets weight exactly 0
+    weights = softmax(scores)  # [KV, B, G, L]
     out = weights @ v  # [KV, B, G, L] @ [KV, B, L, hd] -> [KV, B, G, hd]
     return out.transpose(1, 0, 2, 3).reshape(B, n_heads * hd)  # -> [B, KV, G, hd] -> [B, H*hd]
