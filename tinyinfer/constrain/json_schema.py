@@ -76,6 +76,7 @@ from tinyinfer.constrain.json_schema_merge import (
     schema_error,
     separate,
 )
+from tinyinfer.constrain.json_schema_strings import NotProjectable, project
 from tinyinfer.constrain.json_values import (
     BASE_RULES,
     FORMATS,
@@ -92,8 +93,10 @@ from tinyinfer.constrain.number_dfa import bound_dfa, decimal_steps, multiples_d
 from tinyinfer.constrain.parser import ByteParser
 from tinyinfer.constrain.regex import pattern_to_expr, regex_to_expr
 from tinyinfer.constrain.regex_dfa import (
+    AutomatonTooLarge,
     Dfa,
     accepts,
+    accepts_everything,
     complement,
     dfa_of,
     intersect,
@@ -112,6 +115,7 @@ SUPPORTED = {"type", "enum", "const", "properties", "required", "additionalPrope
              NOT_PATTERNS, ALL_PATTERNS, NOT_MULTIPLES, ALL_MULTIPLES}
 UNSUPPORTED = {"not", "if", "unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$dynamicAnchor",
                "$recursiveRef", "$recursiveAnchor", "contentSchema"}
+LOGIC = ("allOf", "anyOf", "oneOf", "not", "if")
 STRING_KEYWORDS = {"type", "pattern", "minLength", "maxLength", "format", "enum", "const", NOT_STRINGS, NOT_PATTERNS,
                    ALL_PATTERNS}
 MAX_DEPENDENCIES = 6  # each one doubles the branches
@@ -212,6 +216,10 @@ class _Compiler:
         exact = self.finite(schema, path)
         if exact is not None:
             return exact
+        if any(k in schema for k in LOGIC):
+            projected = self.string_projection(schema, path)
+            if projected is not None:
+                return projected
         if "not" in schema:
             return self.expr(self.without_not(schema, path), path)
         if "if" in schema:
@@ -318,6 +326,28 @@ class _Compiler:
             raise empty_error(path, "no value of enum/const satisfies the schema's other keywords")
         text = dict.fromkeys(json.dumps(v, separators=(",", ":"), ensure_ascii=False) for v in valid)
         return alt(*(Literal(t) for t in text))
+
+    def string_projection(self, schema: dict, path: str):
+        """A schema of string keywords and logic as one string automaton (json_schema_strings.py), plus the
+        other types it admits; None when it reads more than strings, or when its strings are all strings."""
+        try:
+            strings, others = project(schema, self.resolver(path), lambda keywords: self.string_dfa(keywords, path),
+                                      SUPPORTED | UNSUPPORTED)
+        except NotProjectable:
+            return None
+        except AutomatonTooLarge as e:
+            raise schema_error(path, str(e)) from None
+        if ("fraction" in others and "integer" not in others) or (others and accepts_everything(strings)):
+            return None  # (numbers that are not integers have no grammar; all strings need no automaton)
+        types = sorted(others - {"integer", "fraction"}) + (
+            ["number"] if "fraction" in others else ["integer"] if "integer" in others else [])
+        options = [self.expr({"type": types}, path)] if types else []
+        try:
+            options.append(self.string_rules(strings, path))
+        except EmptySchemaError:
+            if not options:
+                raise
+        return alt(*options)
 
     def without_not(self, schema: dict, path: str):
         """The schema with `not X` replaced by X's complement (json_schema_logic.py), merged in."""
@@ -474,7 +504,7 @@ class _Compiler:
             automaton = minimize(multiples_dfa(divisible, within))
         except ValueError as e:
             raise schema_error(path, str(e)) from None
-        except TinyInferError as e:
+        except AutomatonTooLarge as e:
             raise schema_error(path, f"multipleOf: {e}") from None
         self.counter += 1
         try:

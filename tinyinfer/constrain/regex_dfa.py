@@ -154,6 +154,11 @@ def explore(start, step, is_accepting, alphabet: str) -> Dfa:
     return Dfa(edges, accepting)
 
 
+def accepts_everything(d: Dfa) -> bool:
+    """Whether every string is accepted: its complement accepts none."""
+    return 0 not in _co_reachable(complement(d))
+
+
 def accepts(d: Dfa, text: str) -> bool:
     """Run the automaton: accepts(dfa_of(regex_to_expr("a+")), "aa") -> True."""
     state = 0
@@ -314,6 +319,10 @@ def _co_reachable(d: Dfa) -> set[int]:
     return live
 
 
+class AutomatonTooLarge(TinyInferError):
+    """The constraints need more than MAX_STATES states (the caller names the schema path)."""
+
+
 def _check_size(n: int) -> None:
     if n > MAX_STATES:
-        raise TinyInferError(f"the string constraints need an automaton of more than {MAX_STATES} states")
+        raise AutomatonTooLarge(f"the constraints need an automaton of more than {MAX_STATES} states")
