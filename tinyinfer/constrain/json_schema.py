@@ -62,9 +62,11 @@ from tinyinfer.constrain.json_schema_check import (
 from tinyinfer.constrain.json_schema_logic import (
     ALL_MULTIPLES,
     ALL_PATTERNS,
+    EVERY_PROPERTY,
     NOT_MULTIPLES,
     NOT_PATTERNS,
     NOT_STRINGS,
+    SOME_PROPERTY,
     NotExpressible,
     negate,
 )
@@ -76,6 +78,7 @@ from tinyinfer.constrain.json_schema_merge import (
     schema_error,
     separate,
 )
+from tinyinfer.constrain.json_schema_objects import compile_object
 from tinyinfer.constrain.json_schema_strings import NotProjectable, project
 from tinyinfer.constrain.json_values import (
     BASE_RULES,
@@ -112,7 +115,7 @@ SUPPORTED = {"type", "enum", "const", "properties", "required", "additionalPrope
              "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "anyOf", "oneOf", "allOf", "$ref",
              "minProperties", "maxProperties", "uniqueItems", "patternProperties", "dependencies",
              "dependentRequired", "dependentSchemas", "propertyNames", "contains", "minContains", "maxContains", NOT_STRINGS,
-             NOT_PATTERNS, ALL_PATTERNS, NOT_MULTIPLES, ALL_MULTIPLES}
+             NOT_PATTERNS, ALL_PATTERNS, NOT_MULTIPLES, ALL_MULTIPLES, EVERY_PROPERTY, SOME_PROPERTY}
 UNSUPPORTED = {"not", "if", "unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$dynamicAnchor",
                "$recursiveRef", "$recursiveAnchor", "contentSchema"}
 LOGIC = ("allOf", "anyOf", "oneOf", "not", "if")
@@ -331,8 +334,7 @@ class _Compiler:
         """A schema of string keywords and logic as one string automaton (json_schema_strings.py), plus the
         other types it admits; None when it reads more than strings, or when its strings are all strings."""
         try:
-            strings, others = project(schema, self.resolver(path), lambda keywords: self.string_dfa(keywords, path),
-                                      SUPPORTED | UNSUPPORTED)
+            strings, others = self.project_strings(schema, path)
         except NotProjectable:
             return None
         except AutomatonTooLarge as e:
@@ -348,6 +350,11 @@ class _Compiler:
             if not options:
                 raise
         return alt(*options)
+
+    def project_strings(self, schema, path: str):
+        """(string automaton, other types) of a schema of string keywords and logic; NotProjectable else."""
+        return project(schema, self.resolver(path), lambda keywords: self.string_dfa(keywords, path),
+                       SUPPORTED | UNSUPPORTED)
 
     def without_not(self, schema: dict, path: str):
         """The schema with `not X` replaced by X's complement (json_schema_logic.py), merged in."""
@@ -609,6 +616,8 @@ class _Compiler:
         return seq(Literal("["), body, Literal("]"))
 
     def object(self, schema: dict, path: str):
+        if EVERY_PROPERTY in schema or SOME_PROPERTY in schema:
+            return compile_object(self, schema, path)
         props = dict(schema.get("properties", {}))
         required = list(dict.fromkeys(schema.get("required", [])))
         extra = schema.get("additionalProperties", True)

@@ -25,9 +25,11 @@ from tinyinfer.constrain.grammar import Grammar
 from tinyinfer.constrain.json_schema_logic import (
     ALL_MULTIPLES,
     ALL_PATTERNS,
+    EVERY_PROPERTY,
     NOT_MULTIPLES,
     NOT_PATTERNS,
     NOT_STRINGS,
+    SOME_PROPERTY,
 )
 from tinyinfer.constrain.parser import ByteParser
 from tinyinfer.constrain.regex import pattern_to_expr
@@ -284,4 +286,8 @@ _KEYWORDS = {
         search(p, value) for p in patterns),
     NOT_MULTIPLES: lambda self, value, steps, schema: not any(self.multiple_of(value, s, schema) for s in steps),
     ALL_MULTIPLES: lambda self, value, steps, schema: all(self.multiple_of(value, s, schema) for s in steps),
+    EVERY_PROPERTY: lambda self, value, pairs, schema: not isinstance(value, dict) or all(
+        self.valid(v, vs) for ks, vs in pairs for k, v in value.items() if self.valid(k, ks)),
+    SOME_PROPERTY: lambda self, value, pairs, schema: not isinstance(value, dict) or all(
+        any(self.valid(k, ks) and self.valid(v, vs) for k, v in value.items()) for ks, vs in pairs),
 }

@@ -30,6 +30,11 @@ NOT_PATTERNS = ("not", "patterns")
 ALL_PATTERNS = ("all", "patterns")
 NOT_MULTIPLES = ("not", "multiples")  # a number, but a multiple of none of these steps
 ALL_MULTIPLES = ("all", "multiples")  # a multiple of each of these steps too (two `multipleOf`s merged)
+# [key schema, value schema] pairs: every property whose key is valid for the first has a value valid for the
+# second / some property has a key valid for the first and a value valid for the second.
+EVERY_PROPERTY = ("every", "property")
+SOME_PROPERTY = ("some", "property")
+KEY_KEYWORDS = ("patternProperties", "additionalProperties", "propertyNames")
 # keyword -> (the type it is about, the keyword that bounds the other side, how the bound moves)
 _COUNTERS = {"minLength": ("string", "maxLength", -1), "maxLength": ("string", "minLength", 1),
              "minItems": ("array", "maxItems", -1), "maxItems": ("array", "minItems", 1),
@@ -60,6 +65,8 @@ def negate(schema, resolve, annotations) -> dict | bool:
         return negate(resolve(keywords["$ref"]), resolve, annotations)
     if not keywords:
         return False
+    if any(k in keywords for k in KEY_KEYWORDS):  # (then `properties` no longer reads the others)
+        keywords = as_every(keywords)
     if len(keywords) > 1:
         for group in READ_EACH_OTHER:
             if len(group & keywords.keys()) > 1:
@@ -98,12 +105,39 @@ def _negate_keyword(key: str, value, resolve, annotations):
         return {"type": "array", "contains": negate(value, resolve, annotations)}
     if key == "contains":  # no item matches
         return {"type": "array", "items": negate(value, resolve, annotations)}
-    if key == "propertyNames" and value is False:
-        return {"type": "object", "minProperties": 1}
+    if key == EVERY_PROPERTY:  # some property breaks one of them
+        return {"anyOf": [{"type": "object", SOME_PROPERTY: [[k, negate(v, resolve, annotations)]]} for k, v in value]}
+    if key == SOME_PROPERTY:  # for one of them, every property breaks it
+        return {"anyOf": [{"type": "object", EVERY_PROPERTY: [[k, negate(v, resolve, annotations)]]} for k, v in value]}
+    if key in ("dependencies", "dependentRequired", "dependentSchemas"):  # some present key's dependency fails
+        return {"anyOf": [{"allOf": [{"type": "object", "required": [name]}, negate(
+            {"required": need} if isinstance(need, list) else need, resolve, annotations)]}
+            for name, need in value.items()]} if value else False
     if key == "properties":  # some declared property is present with a value its schema rejects
         return {"anyOf": [{"type": "object", "required": [name], "properties": {name: negate(s, resolve, annotations)}}
                           for name, s in value.items()]} if value else False
     raise NotExpressible(f"keyword {key!r}")
+
+
+def as_every(schema: dict) -> dict:
+    """patternProperties, additionalProperties and propertyNames as EVERY_PROPERTY pairs, which no longer
+    read each other (so they merge and negate keyword by keyword):
+
+        as_every({"properties": {"a": {}}, "patternProperties": {"^x": S}, "additionalProperties": False})
+        -> {"properties": {"a": {}}, EVERY_PROPERTY: [[{"pattern": "^x"}, S],
+                                                      [{"not": {"anyOf": [{"enum": ["a"]}, {"pattern": "^x"}]}}, False]]}"""
+    out = {k: v for k, v in schema.items() if k not in KEY_KEYWORDS}
+    patterns = schema.get("patternProperties", {})
+    every = list(schema.get(EVERY_PROPERTY, [])) + [[{"pattern": p}, s] for p, s in patterns.items()]
+    if schema.get("additionalProperties", True) is not True:
+        known = ([{"enum": list(schema["properties"])}] if schema.get("properties") else []) + [
+            {"pattern": p} for p in patterns]
+        every.append([{"not": {"anyOf": known}} if known else True, schema["additionalProperties"]])
+    if schema.get("propertyNames", True) is not True:
+        every.append([{"not": schema["propertyNames"]}, False])
+    if every:
+        out[EVERY_PROPERTY] = every
+    return out
 
 
 def _other_types(types) -> dict | bool:

@@ -17,11 +17,15 @@ from tinyinfer.constrain.json_schema_check import Undecidable, search
 from tinyinfer.constrain.json_schema_logic import (
     ALL_MULTIPLES,
     ALL_PATTERNS,
+    EVERY_PROPERTY,
+    KEY_KEYWORDS,
     NOT_MULTIPLES,
     NOT_PATTERNS,
     NOT_STRINGS,
     READ_EACH_OTHER,
+    SOME_PROPERTY,
     NotExpressible,
+    as_every,
 )
 from tinyinfer.constrain.json_values import is_integral
 from tinyinfer.errors import TinyInferError
@@ -180,6 +184,8 @@ def merge(parts: list, path: str, compiler) -> dict:
 
 
 def _merge_two(a: dict, b: dict, path: str) -> dict:
+    if _keys_conflict(a, b):  # key keywords as `every` pairs, which merge by concatenation
+        a, b = as_every(a), as_every(b)
     out = dict(a)
     for key, value in b.items():
         if key not in out or key in ANNOTATIONS:
@@ -208,7 +214,8 @@ def _merge_two(a: dict, b: dict, path: str) -> dict:
             out[key] = min(mine, value)
         elif key == "enum":
             out[key] = [v for v in mine if v in value]
-        elif key in (NOT_STRINGS, NOT_PATTERNS, ALL_PATTERNS, NOT_MULTIPLES, ALL_MULTIPLES):
+        elif key in (NOT_STRINGS, NOT_PATTERNS, ALL_PATTERNS, NOT_MULTIPLES, ALL_MULTIPLES, EVERY_PROPERTY,
+                     SOME_PROPERTY):
             out[key] = list(mine) + list(value)
         elif key == "multipleOf" and is_integral(mine) and is_integral(value):  # of both: of their lcm
             out[key] = math.lcm(int(mine), int(value))
@@ -230,6 +237,14 @@ def _merge_two(a: dict, b: dict, path: str) -> dict:
     if "additionalProperties" in a or "additionalProperties" in b:
         _restrict_properties(out, a, b, path)
     return out
+
+
+def _keys_conflict(a: dict, b: dict) -> bool:
+    """Whether the key keywords of a and b cannot be merged keyword by keyword."""
+    if any(k in x for x in (a, b) for k in (EVERY_PROPERTY, SOME_PROPERTY)):
+        return any(k in x for x in (a, b) for k in KEY_KEYWORDS)
+    differ = [k for k in KEY_KEYWORDS if k in a and k in b and a[k] != b[k]]
+    return bool(differ) and (differ != ["patternProperties"] or "additionalProperties" in a or "additionalProperties" in b)
 
 
 def _restrict_properties(out: dict, a: dict, b: dict, path: str) -> None:
