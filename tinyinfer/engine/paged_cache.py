@@ -18,6 +18,11 @@ It has the same two methods as `ContiguousKVCache`, so `Model.forward` runs on i
     cache.read(layer, seq_id, end) -> (k, v)   each [n_kv_heads, end, hd], gathered from the blocks
 
 Both index whole arrays of positions at once (fancy indexing): there is no Python loop over tokens.
+A decode step of many sequences (one new token each, `Model.decode_block`) takes three more: `decode_slots`
+works out once per step where each new token goes and which blocks each sequence reads, then every layer
+stores all the new tokens with one scatter (`write_batch`) and reads all the sequences with one gather
+(`read_batch`).
+
 Which block ids a sequence holds is decided by the scheduler with a `BlockAllocator`; this class only
 stores the tables it is given (`tables[seq_id]`) and the numbers.
 """
@@ -137,6 +142,7 @@ class PagedKVCache:
         return self._gather(self.k[layer], slots.tables), self._gather(self.v[layer], slots.tables)
 
     def _build_slots(self, seq_ids: list[int], positions: list[int]) -> DecodeSlots:
+        """The slots of `decode_slots`, from the block tables (checked to cover each new position)."""
         positions = np.asarray(positions, dtype=np.int64)  # [B]
         lengths = positions + 1  # [B] each sequence's tokens, the new one included
         n = -(-int(lengths.max()) // self.block_size)  # blocks of the longest sequence
