@@ -16,19 +16,18 @@
     python -m tinyinfer bench serve --model path/to/model --requests 128 --concurrency 32
 
 Each mode runs `--rounds` times (2 by default), the modes taking turns, and the fastest run of each is
-reported: on a machine shared with other work, a run is only ever slowed down by it. With threadpoolctl
-installed, the matrix library runs on one thread for every mode (see `one_blas_thread`).
+reported: on a machine shared with other work, a run is only ever slowed down by it. The matrix library
+runs on `--blas-threads` threads (1 by default) in every mode, set through threadpoolctl.
 """
 
 from __future__ import annotations
 
-import contextlib
-import importlib.util
 import time
 from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 from tqdm import tqdm
 
 import tinyinfer
@@ -84,35 +83,24 @@ def add_arguments(parser) -> None:
     parser.add_argument("--prefix-len", type=int, default=512, help="shared prefix length for the prefix-cache test")
     parser.add_argument("--prefix-requests", type=int, default=16)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--blas-threads", type=int, default=1, help="matrix-library threads, the same for every mode")
     parser.add_argument("--rounds", type=int, default=2,
                         help="runs of each mode, the modes taking turns; the fastest run of each is reported "
                         "(other work on the machine slows a run down at random, it never speeds one up)")
 
 
 def run(args) -> int:
-    with one_blas_thread() as blas:
-        return serve_and_report(args, blas)
-
-
-@contextlib.contextmanager
-def one_blas_thread():
-    """Run the matrix library (BLAS) on one thread, when threadpoolctl is installed; yields a line saying how.
-
-    On a machine shared with other work, a threaded BLAS waits for a busy core inside every product: small
-    products (a short prefill, a decode step of one row) then turn many times slower at random, and the
-    figures measure the machine's load instead of batching. One thread gives every mode the same compute.
-    """
-    if importlib.util.find_spec("threadpoolctl") is None:
-        yield "BLAS threads: the library's default (install threadpoolctl to run every mode on one thread)"
-        return
-    from threadpoolctl import threadpool_limits  # noqa: PLC0415 - optional: only this bench uses it
-
-    with threadpool_limits(limits=1, user_api="blas"):
-        yield "BLAS threads: 1 for every mode"
+    """Every mode gets the same BLAS threads. One by default: on a machine shared with other work, a threaded
+    BLAS waits for a busy core inside every product, so small products (a short prefill, a decode step of
+    one row) turn many times slower at random and the figures would measure the machine's load."""
+    if args.blas_threads < 1:
+        raise TinyInferError("--blas-threads must be at least 1")
+    with threadpool_limits(limits=args.blas_threads, user_api="blas"):
+        return serve_and_report(args, f"BLAS threads: {args.blas_threads} for every mode")
 
 
 def serve_and_report(args, blas: str) -> int:
-    model = load_model(args.model, args.device)
+    model = tinyinfer.load(args.model, device=args.device)
     rng = np.random.default_rng(args.seed)
     workload = make_workload(model, rng, args.requests, args.rate, parse_range(args.prompt_len, "--prompt-len"),
                              parse_range(args.output_len, "--output-len"), args.temperature)
@@ -185,12 +173,6 @@ def draw_margin(model, request: Request, want: list[int], got: list[int]) -> flo
         return float(np.abs(cdf - u).min())
     # model.logits recomputes without a cache, itself rounding differently: a tie may land on either side
     return float(abs(cdf[other - 1] - u if other > chosen else u - cdf[other]))
-
-
-def load_model(name: str | None, device: str):
-    if name is None and importlib.util.find_spec("tinyinfer.resolve") is None:  # built-in models arrive with it
-        raise TinyInferError("no built-in model yet: give one with --model PATH (model folder or llama2.c .bin)")
-    return tinyinfer.load(name, device=device)
 
 
 def parse_range(text: str, flag: str) -> tuple[int, int]:
