@@ -80,6 +80,7 @@ from tinyinfer.constrain.json_schema_merge import (
 )
 from tinyinfer.constrain.json_schema_objects import compile_object
 from tinyinfer.constrain.json_schema_strings import NotProjectable, project
+from tinyinfer.constrain.json_schema_walk import ItemWalk
 from tinyinfer.constrain.json_values import (
     BASE_RULES,
     FORMATS,
@@ -534,12 +535,20 @@ class _Compiler:
             prefix, rest = [], items
         lo, hi = schema.get("minItems", 0), schema.get("maxItems")
         least, most = (schema.get("minContains", 1), schema.get("maxContains")) if "contains" in schema else (0, None)
+        if least == 1 and most is None and (prefix or hi is not None or lo > 1):  # the walk holds every bound
+            walk = ItemWalk(self, path, prefix[:hi] if hi is not None else prefix, rest, [schema["contains"]], lo, hi)
+            return seq(Literal("["), walk.start(), Literal("]"))
         if least or most is not None:
             return self.contains(schema, rest, least, most, path)
         if hi is not None:
             prefix = prefix[:hi]
-        elements = [self.expr(s, f"{path}/items/{i}") for i, s in enumerate(prefix)]
-        rest_expr = None if rest is False else self.expr(rest, f"{path}/items")
+        elements, rest_expr = [], None
+        try:  # an item schema no value satisfies ends the array before that item
+            for i, item in enumerate(prefix):
+                elements.append(self.expr(item, f"{path}/items/{i}"))
+            rest_expr = None if rest is False or len(elements) < len(prefix) else self.expr(rest, f"{path}/items")
+        except EmptySchemaError:
+            pass
         if lo > len(elements) and rest_expr is None or (hi is not None and hi < lo):
             raise empty_error(path, f"no array satisfies minItems {lo} here")
         return seq(Literal("["), _comma_list(elements, rest_expr, lo, hi), Literal("]"))

@@ -14,11 +14,9 @@ A key language is a string schema, compiled to one automaton (json_schema_string
 - undeclared keys split into *cells* by which key languages they belong to: one automaton and one value
   schema per cell (a cell whose value schema is `false` holds keys that cannot appear);
 - a finite cell (`^[0-9]$`: ten keys) listed key by key as optional properties, so that no key repeats;
-- a walk over the properties that remembers which `some` pairs are met so far and how many properties are
-  written (for minProperties/maxProperties): one rule per (declared position, pairs met, count). A property
-  may meet a pair only if its key and value are in the pair's languages, so every object the walk ends
-  with is valid, and every valid object has such a walk. (Undeclared keys of an infinite cell may repeat,
-  as everywhere in the compiler: a grammar cannot compare keys.)
+- a walk over the properties (json_schema_walk.py) that remembers which `some` pairs are met so far and
+  how many properties are written, for minProperties/maxProperties. (Undeclared keys of an infinite cell
+  may repeat, as everywhere in the compiler: a grammar cannot compare keys.)
 
     {"type": "object", "maxProperties": 1, SOME_PROPERTY: [[{"pattern": "a"}, true], [{"pattern": "b"}, true]]}
     -> "{" key-in-(a and b) ":" json-value "}"
@@ -26,21 +24,17 @@ A key language is a string schema, compiled to one automaton (json_schema_string
 
 from __future__ import annotations
 
-import itertools
 import json
 
-from tinyinfer.constrain.grammar import EMPTY, Literal, Ref, alt, seq
+from tinyinfer.constrain.grammar import Literal, alt, seq
 from tinyinfer.constrain.json_schema_logic import (
     EVERY_PROPERTY,
     SOME_PROPERTY,
     as_every,
 )
-from tinyinfer.constrain.json_schema_merge import (
-    EmptySchemaError,
-    empty_error,
-    schema_error,
-)
+from tinyinfer.constrain.json_schema_merge import schema_error
 from tinyinfer.constrain.json_schema_strings import NotProjectable
+from tinyinfer.constrain.json_schema_walk import Walk
 from tinyinfer.constrain.json_values import quoted
 from tinyinfer.constrain.regex_dfa import (
     Dfa,
@@ -81,8 +75,8 @@ def compile_object(compiler, schema: dict, path: str):
             listed += [(name, value) for name in names]
     declared |= dict(listed)
     wanted = [(_key_language(compiler, k, path), v) for k, v in some]
-    walk = _Walk(compiler, path, declared, set(required), cells, wanted,
-                 schema.get("minProperties", 0), schema.get("maxProperties"))
+    walk = _PropertyWalk(compiler, path, declared, set(required), cells, wanted,
+                         schema.get("minProperties", 0), schema.get("maxProperties"))
     return seq(Literal("{"), walk.start(), Literal("}"))
 
 
@@ -131,98 +125,43 @@ def _finite_strings(d: Dfa, limit: int) -> list[str] | None:
     return sorted(found)
 
 
-class _Walk:
-    """Rules for the properties of one object: rule (i, met, count) writes the declared properties from
-    index i on (then any undeclared ones), having met the `some` pairs in bit set `met` with `count`
-    properties written so far."""
+class _PropertyWalk(Walk):
+    """Objects: the declared properties in order (optional ones may be skipped), then undeclared ones from
+    the cells; requirement j is "some property has a key in wanted[j][0] and a value in wanted[j][1]"."""
 
     def __init__(self, compiler, path, declared: dict, required: set, cells: list, wanted: list, lo: int, hi):
-        self.compiler, self.path = compiler, path
-        self.declared, self.required, self.cells, self.wanted = list(declared.items()), required, cells, wanted
-        self.lo, self.hi = lo, hi
-        self.cap = hi if hi is not None else max(lo, 1)  # counts above it need not be told apart
-        self.all_met = (1 << len(wanted)) - 1
-        compiler.counter += 1
-        self.prefix = f"obj-{compiler.counter}"
-        self.values: dict = {}
+        super().__init__(compiler, path, wanted, lo, hi, "props")
+        self.declared, self.required, self.cells = list(declared.items()), required, cells
         self.key_rules: dict = {}
-        self.moves: dict = {}
 
-    def start(self):
-        live = self.live()
-        if (0, 0, 0) not in live:
-            raise empty_error(self.path, "no object meets its property constraints together")
-        for state in live:
-            options = [EMPTY if target is None else seq(text, Ref(self.rule(target)))
-                       for text, target in self.moves[state] if target is None or target in live]
-            self.compiler.rules[self.rule(state)] = alt(*options)
-        return Ref(self.rule((0, 0, 0)))
-
-    def rule(self, state) -> str:
-        return f"{self.prefix}-{'-'.join(map(str, state))}"
-
-    def live(self) -> set:
-        """Explore the states, then keep those from which the object can be closed."""
-        todo, seen = [(0, 0, 0)], {(0, 0, 0)}
-        while todo:
-            state = todo.pop()
-            self.moves[state] = self.next_moves(*state)
-            for _, target in self.moves[state]:
-                if target is not None and target not in seen:
-                    seen.add(target)
-                    todo.append(target)
-        live, changed = set(), True
-        while changed:
-            changed = False
-            for state in seen - live:
-                if any(t is None or t in live for _, t in self.moves[state]):
-                    live.add(state)
-                    changed = True
-        return live
-
-    def next_moves(self, i: int, met: int, count: int) -> list:
-        """(text expression, next state or None for the end) from state (i, met, count)."""
-        comma = Literal(",") if count else EMPTY
-        more = self.hi is None or count < self.hi
-        after = min(count + 1, self.cap)
-        moves = []
+    def elements(self, i: int) -> list:
+        out = []
         if i < len(self.declared):
             name, value = self.declared[i]
-            if name not in self.required:
-                moves.append((EMPTY, (i + 1, met, count)))
             key = Literal(json.dumps(name, ensure_ascii=False) + ":")
-            for chosen in self.subsets([j for j, (k, _) in enumerate(self.wanted) if accepts(k, name)]):
-                expr = self.value(value, chosen) if more else None
+            for chosen in self.claims(j for j, (k, _) in enumerate(self.wanted) if accepts(k, name)):
+                expr = self.value(value, chosen)
                 if expr is not None:
-                    moves.append((seq(comma, key, expr), (i + 1, met | _bits(chosen), after)))
-            return moves
-        if met == self.all_met and count >= self.lo:
-            moves.append((EMPTY, None))
+                    out.append((seq(key, expr), chosen, i + 1))
+            return out
         for c, (automaton, value) in enumerate(self.cells):
-            for chosen in self.subsets(range(len(self.wanted))) if more else ():
+            for chosen in self.claims(range(len(self.wanted))):
                 key, expr = self.key(c, automaton, chosen), self.value(value, chosen)
                 if key is not None and expr is not None:
-                    moves.append((seq(comma, key, Literal(":"), expr), (i, met | _bits(chosen), after)))
-        return moves
+                    out.append((seq(key, Literal(":"), expr), chosen, i))
+        return out
 
-    @staticmethod
-    def subsets(items):
-        items = list(items)
-        return itertools.chain.from_iterable(itertools.combinations(items, n) for n in range(len(items) + 1))
+    def skips(self, i: int) -> list:
+        return [i + 1] if i < len(self.declared) and self.declared[i][0] not in self.required else []
 
-    def value(self, schema, chosen: tuple):
-        """The value expression for a property that meets the `some` pairs `chosen` (None: no such value)."""
-        whole = _all_of([schema, *(self.wanted[j][1] for j in chosen)])
-        cache_key = repr(whole)
-        if cache_key not in self.values:
-            try:
-                self.values[cache_key] = None if whole is False else self.compiler.expr(whole, self.path)
-            except EmptySchemaError:
-                self.values[cache_key] = None
-        return self.values[cache_key]
+    def may_end(self, i: int) -> bool:
+        return i == len(self.declared)
+
+    def requirement_schema(self, j: int):
+        return self.wanted[j][1]
 
     def key(self, cell: int, automaton: Dfa, chosen: tuple):
-        """A quoted key of cell `cell` in the key languages of the pairs `chosen` (None: no such key)."""
+        """A quoted key of cell `cell` in the key languages of the requirements `chosen` (None: no such key)."""
         if (cell, chosen) not in self.key_rules:
             for j in chosen:
                 automaton = intersect(automaton, self.wanted[j][0])
@@ -234,7 +173,3 @@ class _Walk:
             except ValueError:
                 self.key_rules[(cell, chosen)] = None
         return self.key_rules[(cell, chosen)]
-
-
-def _bits(indices) -> int:
-    return sum(1 << j for j in indices)
