@@ -42,6 +42,17 @@ class SeqChunk:
     tokens: list[int]
 
 
+@dataclass
+class AttentionPlan:
+    """How a forward pass attends, worked out once since it is the same in every layer: the row of each
+    chunk's first token, the one-token chunks attended in batches (their rows and the cache's slots for
+    them, see `Model.decode_block`), and the chunks that take the loop one by one."""
+
+    first_rows: np.ndarray  # [n_chunks + 1]
+    decode_groups: list[tuple]  # [(rows [B] on the device, the cache's DecodeSlots)]
+    looped: list[int]  # indices of the other chunks
+
+
 class Model:
     """A loaded model: config, parameters on a device, and (when found) its tokenizer."""
 
@@ -61,7 +72,7 @@ class Model:
 
     def forward(self, chunks: list[SeqChunk], cache, all_logits: bool = False):
         """Logits of the last token of each chunk [len(chunks), V], or of every token [T, V] if all_logits."""
-        cfg, p, xp = self.config, self.params, self.xp
+        cfg, p = self.config, self.params
         ids = np.concatenate([np.asarray(c.tokens, dtype=np.int64) for c in chunks])  # [T]
         positions = np.concatenate([np.arange(c.start, c.start + len(c.tokens)) for c in chunks])  # [T]
         self._check_ids(ids, positions)
@@ -69,9 +80,10 @@ class Model:
         if cfg.position == "learned":
             x = x + p["pos_embed"][to_device(positions, self.device)]  # GPT-2 adds a learned position vector
         rope = self._rope(positions) if cfg.position == "rope" else None
+        plan = self._plan_attention(chunks, cache)
         for i, layer in enumerate(p["layers"]):
             h = apply_norm(x, layer["attn_norm"], cfg.norm, cfg.norm_eps)
-            x = x + self.attention_block(i, layer, h, chunks, rope, cache)  # [T, d]
+            x = x + self.attention_block(i, layer, h, chunks, plan, rope, cache)  # [T, d]
             h = apply_norm(x, layer["mlp_norm"], cfg.norm, cfg.norm_eps)
             x = x + self.feed_forward(i, layer, h)  # [T, d]
         if not all_logits:
@@ -80,7 +92,7 @@ class Model:
         x = apply_norm(x, p["final_norm"], cfg.norm, cfg.norm_eps)
         return x @ p["lm_head"]  # [*, d] -> [*, V]
 
-    def attention_block(self, i: int, layer: dict, h, chunks: list[SeqChunk], rope, cache):
+    def attention_block(self, i: int, layer: dict, h, chunks: list[SeqChunk], plan: AttentionPlan, rope, cache):
         """Project to q, k, v for all tokens; attend sequence by sequence through the cache; project out."""
         cfg = self.config
         T, q_dim, kv_dim = h.shape[0], cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
@@ -93,29 +105,22 @@ class Model:
         if rope is not None:
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         out = self.xp.empty((T, cfg.n_heads * cfg.head_dim), dtype=q.dtype)  # [T, H*hd]
-        first_rows = np.cumsum([0] + [len(c.tokens) for c in chunks])  # row of each chunk's first token
-        groups = _decode_groups(chunks, cache)
-        for group in groups:
-            self.decode_block(i, [chunks[j] for j in group], first_rows[group], q, k, v, out, cache)
-        batched = {j for group in groups for j in group}
-        for j, chunk in enumerate(chunks):
-            if j in batched:
-                continue
+        for rows, slots in plan.decode_groups:
+            self.decode_block(i, rows, slots, q, k, v, out, cache)
+        for j in plan.looped:
+            chunk = chunks[j]
             n, end = len(chunk.tokens), chunk.start + len(chunk.tokens)
-            rows = slice(first_rows[j], first_rows[j] + n)
+            rows = slice(plan.first_rows[j], plan.first_rows[j] + n)
             cache.write(i, chunk.seq_id, chunk.start, k[rows], v[rows])
             keys, values = cache.read(i, chunk.seq_id, end)  # 2 x [KV, end, hd]
             mask = to_device(causal_mask(n, chunk.start, cfg.window_of(i)), self.device)  # [n, end]
             out[rows] = attention(q[rows], keys, values, mask, cfg.attention_scale(i))  # -> [n, H*hd]
         return linear(out, layer, "o")  # [T, H*hd] -> [T, d]
 
-    def decode_block(self, i: int, chunks: list[SeqChunk], rows: np.ndarray, q, k, v, out, cache) -> None:
-        """Attention of many one-token chunks at once, through a cache that reads a batch of sequences
-        (the paged cache of the serving engine): one gather and one batched product instead of a loop.
-        Where the chunks write and read (and their mask) is the same in every layer: the cache works it out
-        at layer 0 (`decode_slots`) and the later layers reuse it."""
-        slots = cache.decode_slots(i, [c.seq_id for c in chunks], [c.start for c in chunks])
-        rows = to_device(rows, self.device)
+    def decode_block(self, i: int, rows, slots, q, k, v, out, cache) -> None:
+        """Attention of many one-token chunks at once (`rows` of q, k, v), through a cache that reads a batch
+        of sequences (the paged cache of the serving engine): one gather and one batched product instead of
+        a loop. `slots` (from the cache's `decode_slots`, once per forward pass) say where they write and read."""
         cache.write_batch(i, slots, k[rows], v[rows])
         keys, values = cache.read_batch(i, slots)  # 2 x [KV, B, L, hd], padded to the longest
         mask = slots.mask(self.config.window_of(i))  # [B, L]
@@ -128,6 +133,30 @@ class Model:
         if self.config.mlp == "swiglu":
             return swiglu(h, layer["mlp"], self.config.activation)
         return gelu_mlp(h, layer["mlp"], self.config.activation)
+
+    def _plan_attention(self, chunks: list[SeqChunk], cache) -> AttentionPlan:
+        """Which one-token chunks to attend in batches, when the cache can read many sequences at once
+        (`decode_slots`) and there are several; every other chunk takes the loop.
+
+        A batch is padded to its longest sequence, so the chunks are sorted by length and cut into groups of
+        about DECODE_GROUP_SIZE: short sequences do not pay for the padding of long ones, and a group's
+        gathered keys and values stay small enough to remain in the CPU cache from the gather to the products
+        (one batch of 32 sequences of 256 tokens costs about twice as much as four batches of 8). Each group
+        also costs a fixed number of array operations per layer, so a few sequences make one group, not
+        several of one.
+        """
+        first_rows = np.cumsum([0] + [len(c.tokens) for c in chunks])  # row of each chunk's first token
+        decodes = sorted((j for j, c in enumerate(chunks) if len(c.tokens) == 1), key=lambda j: chunks[j].start)
+        if len(decodes) < 2 or not hasattr(cache, "decode_slots"):
+            return AttentionPlan(first_rows, [], list(range(len(chunks))))
+        n_groups = -(-len(decodes) // DECODE_GROUP_SIZE)
+        size = -(-len(decodes) // n_groups)  # as even as possible: 12 decodes -> 2 groups of 6, not 8 + 4
+        groups = [decodes[g:g + size] for g in range(0, len(decodes), size)]
+        decode_groups = [(to_device(first_rows[group], self.device),
+                          cache.decode_slots([chunks[j].seq_id for j in group], [chunks[j].start for j in group]))
+                         for group in groups]
+        looped = [j for j, c in enumerate(chunks) if len(c.tokens) != 1]
+        return AttentionPlan(first_rows, decode_groups, looped)
 
     def _rope(self, positions: np.ndarray):
         cos, sin = rope_angles(positions, self.inv_freq, self.dtype)  # 2 x [T, hd/2]
@@ -181,24 +210,6 @@ def _qk_norm(x, weight, cfg: Config):
     if cfg.qk_norm_span == "full":
         return rms_norm(x.reshape(x.shape[0], -1), weight, cfg.norm_eps).reshape(x.shape)  # [T, heads*hd] as one
     return rms_norm(x, weight, cfg.norm_eps)
-
-
-def _decode_groups(chunks: list[SeqChunk], cache) -> list[list[int]]:
-    """Indices of the one-token chunks to attend in batches, when the cache can read many sequences at once
-    (`read_batch`) and there are several; otherwise none, and every chunk takes the loop.
-
-    A batch is padded to its longest sequence, so the chunks are sorted by length and cut into groups of about
-    DECODE_GROUP_SIZE: short sequences do not pay for the padding of long ones, and a group's gathered keys
-    and values stay small enough to remain in the CPU cache from the gather to the products (one batch of 32
-    sequences of 256 tokens costs about twice as much as four batches of 8). Each group also costs a fixed
-    number of array operations per layer, so a few sequences make one group, not several of one.
-    """
-    decodes = sorted((j for j, c in enumerate(chunks) if len(c.tokens) == 1), key=lambda j: chunks[j].start)
-    if len(decodes) < 2 or not hasattr(cache, "read_batch"):
-        return []
-    n_groups = -(-len(decodes) // DECODE_GROUP_SIZE)
-    size = -(-len(decodes) // n_groups)  # as even as possible: 12 decodes -> 2 groups of 6, not 8 + 4
-    return [decodes[g:g + size] for g in range(0, len(decodes), size)]
 
 
 def _leaves(tree):

@@ -19,7 +19,7 @@ It has the same two methods as `ContiguousKVCache`, so `Model.forward` runs on i
 
 Both index whole arrays of positions at once (fancy indexing): there is no Python loop over tokens.
 A decode step of many sequences (one new token each, `Model.decode_block`) takes three more: `decode_slots`
-works out once per step where each new token goes and which blocks each sequence reads, then every layer
+works out once per forward pass where each new token goes and which blocks each sequence reads, then every layer
 stores all the new tokens with one scatter (`write_batch`) and reads all the sequences with one gather
 (`read_batch`).
 
@@ -69,7 +69,6 @@ class PagedKVCache:
         self.v = [xp.zeros(shape, dtype=dtype) for _ in range(config.n_layers)]
         self.tables: dict[int, list[int]] = {}  # seq_id -> block ids, in position order
         self.xp = xp
-        self._slots: dict[tuple, DecodeSlots] = {}  # decode slots of the forward pass under way, per batch
 
     @property
     def nbytes(self) -> int:
@@ -109,40 +108,17 @@ class PagedKVCache:
 
     # -- a batch of sequences at once (the decode step of many sequences; see Model.decode_block) ----------
 
-    def decode_slots(self, layer: int, seq_ids: list[int], positions: list[int]) -> DecodeSlots:
-        """Where a decode step of many sequences writes and reads: the new token of sequence seq_ids[b] is
-        at positions[b]. Every layer of the step asks for the same slots, and block tables never change in
-        the middle of a forward pass, so layer 0 works them out and the later layers reuse them; the last
-        layer lets them go.
+    def decode_slots(self, seq_ids: list[int], positions: list[int]) -> DecodeSlots:
+        """Where a decode step of many sequences writes and reads: the new token of sequence seq_ids[b] is at
+        positions[b]. Block tables never change in the middle of a forward pass, so `Model.forward` asks once
+        and every layer uses the answer.
 
-        >>> cache = PagedKVCache.__new__(PagedKVCache); cache.block_size = 4; cache.k = [None]; cache.xp = np
-        >>> cache.tables, cache._slots = {0: [7, 2], 1: [5]}, {}
-        >>> slots = cache.decode_slots(0, [0, 1], [5, 2])
+        >>> cache = PagedKVCache.__new__(PagedKVCache); cache.block_size = 4; cache.xp = np
+        >>> cache.tables = {0: [7, 2], 1: [5]}
+        >>> slots = cache.decode_slots([0, 1], [5, 2])
         >>> slots.blocks.tolist(), slots.offsets.tolist(), slots.tables.tolist()
         ([2, 5], [1, 2], [[7, 2], [5, 0]])
         """
-        key = (tuple(seq_ids), tuple(positions))
-        slots = self._slots.get(key) if layer > 0 else None
-        if slots is None:
-            slots = self._build_slots(seq_ids, positions)
-        if layer < len(self.k) - 1:
-            self._slots[key] = slots
-        else:
-            self._slots.pop(key, None)
-        return slots
-
-    def write_batch(self, layer: int, slots: DecodeSlots, k, v) -> None:
-        """One new token for each sequence of `slots`: k, v [B, KV, hd] stored at their slots."""
-        self.k[layer][:, slots.blocks, slots.offsets] = k.transpose(1, 0, 2)  # [B, KV, hd] -> [KV, B, hd]
-        self.v[layer][:, slots.blocks, slots.offsets] = v.transpose(1, 0, 2)
-
-    def read_batch(self, layer: int, slots: DecodeSlots) -> tuple:
-        """Keys and values of the sequences of `slots`, padded to the longest: 2 x [KV, B, L, hd], L a whole
-        number of blocks. Sequence b's positions 0..lengths[b]-1 are real; the rest is padding for the mask."""
-        return self._gather(self.k[layer], slots.tables), self._gather(self.v[layer], slots.tables)
-
-    def _build_slots(self, seq_ids: list[int], positions: list[int]) -> DecodeSlots:
-        """The slots of `decode_slots`, from the block tables (checked to cover each new position)."""
         positions = np.asarray(positions, dtype=np.int64)  # [B]
         lengths = positions + 1  # [B] each sequence's tokens, the new one included
         n = -(-int(lengths.max()) // self.block_size)  # blocks of the longest sequence
@@ -153,6 +129,16 @@ class PagedKVCache:
         blocks = tables[np.arange(len(seq_ids)), positions // self.block_size]  # [B, n] -> [B]: each new token's block
         return DecodeSlots(self._on_device(blocks), self._on_device(positions % self.block_size),
                            self._on_device(tables), lengths, n * self.block_size, self.xp)
+
+    def write_batch(self, layer: int, slots: DecodeSlots, k, v) -> None:
+        """One new token for each sequence of `slots`: k, v [B, KV, hd] stored at their slots."""
+        self.k[layer][:, slots.blocks, slots.offsets] = k.transpose(1, 0, 2)  # [B, KV, hd] -> [KV, B, hd]
+        self.v[layer][:, slots.blocks, slots.offsets] = v.transpose(1, 0, 2)
+
+    def read_batch(self, layer: int, slots: DecodeSlots) -> tuple:
+        """Keys and values of the sequences of `slots`, padded to the longest: 2 x [KV, B, L, hd], L a whole
+        number of blocks. Sequence b's positions 0..lengths[b]-1 are real; the rest is padding for the mask."""
+        return self._gather(self.k[layer], slots.tables), self._gather(self.v[layer], slots.tables)
 
     def _table(self, seq_id: int, end: int) -> list[int]:
         """The block table of a sequence, checked to cover positions 0..end-1."""
