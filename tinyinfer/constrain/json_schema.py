@@ -456,15 +456,20 @@ class _Compiler:
             raise schema_error(path, str(e)) from None
         return automaton
 
+    def automaton_rules(self, automaton, prefix: str):
+        """Add the automaton's language to the grammar as rules named `{prefix}-{n}-{state}`; returns the
+        start expression (ValueError when the automaton accepts nothing)."""
+        self.counter += 1
+        start, rules = to_rules(automaton, f"{prefix}-{self.counter}")
+        self.rules.update(rules)
+        return start
+
     def string_rules(self, automaton, path: str, prefix: str = "str"):
         """A JSON string whose value the automaton accepts (EmptySchemaError when it accepts none)."""
-        self.counter += 1
         try:
-            start, rules = to_rules(automaton, f"{prefix}-{self.counter}")
+            return quoted(self.automaton_rules(automaton, prefix))
         except ValueError:
             raise empty_error(path, "no string satisfies all of the string constraints") from None
-        self.rules.update(rules)
-        return quoted(start)
 
     def integer(self, schema: dict, path: str):
         return self.numeric(schema, path, integer=True)
@@ -514,13 +519,10 @@ class _Compiler:
             raise schema_error(path, str(e)) from None
         except AutomatonTooLarge as e:
             raise schema_error(path, f"multipleOf: {e}") from None
-        self.counter += 1
         try:
-            start, rules = to_rules(automaton, f"num-{self.counter}")
+            return self.automaton_rules(automaton, "num")
         except ValueError:
             raise empty_error(path, "no number satisfies multipleOf and the bounds together") from None
-        self.rules.update(rules)
-        return start
 
     # ------------------------------------------------------------ arrays and objects
     def array(self, schema: dict, path: str):
@@ -733,13 +735,11 @@ class _Compiler:
             for language, take in zip(languages.values(), chosen):
                 automaton = intersect(automaton, dfa_of(language) if take else complement(dfa_of(language)))
             try:
-                self.counter += 1
-                start, rules = to_rules(automaton, f"key-{self.counter}")
+                key = quoted(self.automaton_rules(automaton, "key"))
                 value = self.expr(value_schema, where)
             except (ValueError, EmptySchemaError):  # no such key, or no value for it
                 continue
-            self.rules.update(rules)
-            options.append(seq(quoted(start), Literal(":"), value))
+            options.append(seq(key, Literal(":"), value))
         return props, False, self._object_rule(alt(*options)) if options else None
 
     def shared(self, name: str, build) -> Ref:

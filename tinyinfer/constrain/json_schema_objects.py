@@ -44,7 +44,6 @@ from tinyinfer.constrain.regex_dfa import (
     intersect,
     length_dfa,
     minimize,
-    to_rules,
 )
 
 MAX_PAIRS = 6  # `every` pairs: undeclared keys fall into up to 2**6 cells
@@ -165,11 +164,8 @@ class _PropertyWalk(Walk):
         if (cell, chosen) not in self.key_rules:
             for j in chosen:
                 automaton = intersect(automaton, self.wanted[j][0])
-            self.compiler.counter += 1
             try:
-                start, rules = to_rules(minimize(automaton), f"key-{self.compiler.counter}")
-                self.compiler.rules.update(rules)
-                self.key_rules[(cell, chosen)] = quoted(start)
+                self.key_rules[(cell, chosen)] = quoted(self.compiler.automaton_rules(minimize(automaton), "key"))
             except ValueError:
                 self.key_rules[(cell, chosen)] = None
         return self.key_rules[(cell, chosen)]
