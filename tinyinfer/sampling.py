@@ -198,9 +198,19 @@ def softmax(logits):
     >>> softmax(np.array([0.0, 0.0, -np.inf])).tolist()
     [0.5, 0.5, 0.0]
     """
-    xp = xp_of(logits)
-    exp = xp.exp(logits - logits.max())  # subtracting the max keeps exp <= 1: no overflow
+    exp = exp_shifted(logits)
     return exp / exp.sum()
+
+
+def exp_shifted(logits):
+    """exp(logits - max): the softmax before its division by the sum, so proportional to the probabilities.
+    Subtracting the max keeps every value in [0, 1] (no overflow) and the largest exactly 1. A draw needs
+    no more: it normalises its cumulative sum anyway (see `draw`).
+
+    >>> exp_shifted(np.array([0.0, np.log(3.0), -np.inf])).round(4).tolist()
+    [0.3333, 1.0, 0.0]
+    """
+    return xp_of(logits).exp(logits - logits.max())
 
 
 def log_softmax(logits):
@@ -343,6 +353,7 @@ def greedy(logits) -> int:
 def draw(probs: np.ndarray, rng: np.random.Generator) -> int:
     """One token drawn from `probs` [vocab] by inverse CDF: the first token whose cumulative probability
     exceeds a uniform number in [0, 1). Uses exactly one `rng.random()`, like `rng.choice(len(p), p=p)`.
+    `probs` may also be any non-negative weights proportional to the probabilities: the CDF is normalised.
 
     >>> draw(np.array([0.0, 0.25, 0.75]), np.random.default_rng(0))
     2
@@ -426,8 +437,8 @@ class Sampler:
         """Pick the next token from `logits` [vocab], record it, and return it (with logprobs if asked)."""
         if self.params.greedy:
             token_id = greedy(self.process(logits))
-        else:
-            token_id = draw(self.probs(logits), self.rng)
+        else:  # the draw normalises its CDF, so the probabilities need not be divided by their sum first
+            token_id = draw(to_numpy(exp_shifted(self.process(logits).astype(np.float64))), self.rng)
         choice = TokenChoice(token_id)
         if self.params.logprobs is not None:
             raw = to_numpy(log_softmax(logits.astype(np.float64)))  # [vocab] the model's own distribution
