@@ -1,6 +1,7 @@
 """Memory arithmetic: what a model costs to hold, and how fast it can possibly decode.
 
     weights bytes          = parameters x bytes per parameter
+    quantised, per weight  = bits / 8 + scale bytes / group size     (one scale per group of weights)
     KV bytes per token     = 2 (K and V) x layers x kv_heads x head_dim x bytes per number
     KV bytes per sequence  = KV bytes per token x context length;  x batch for the whole batch
     decode bound (tok/s)   = memory bandwidth / bytes read per token   (every step re-reads all weights)
@@ -55,6 +56,16 @@ def param_count(cfg: Config, active: bool = False) -> int:
 
 def weight_bytes(n_params: int, dtype: str) -> float:
     return n_params * BYTES_PER_PARAM[dtype]
+
+
+def quantized_bytes_per_weight(bits: int, group_size: int, scale_bytes: float) -> float:
+    """Bytes per weight of group-wise quantisation (tinyinfer/quantize.py): the code, plus its share of the
+    scale of its group of `group_size` weights. llama.cpp's Q4_0 (4 bits, a float16 scale per 32) is 4.5 bits:
+
+    >>> quantized_bytes_per_weight(4, 32, 2)
+    0.5625
+    """
+    return bits / 8 + scale_bytes / group_size
 
 
 def decode_bound_tokens_per_s(bytes_per_token: float, bandwidth_bytes_per_s: float) -> float:

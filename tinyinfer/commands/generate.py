@@ -17,6 +17,7 @@ from pathlib import Path
 import tinyinfer
 from tinyinfer.errors import TinyInferError
 from tinyinfer.moe import track_routing
+from tinyinfer.quantize import quantize_model
 
 # flag -> SamplingParams field, for the flags that map one to one
 SAMPLING_FLAGS = {
@@ -68,6 +69,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("-n", type=int, default=None, help="number of independent samples (default 1)")
     parser.add_argument("--chat", action="store_true", help="wrap the prompt as one user message in the chat template")
     parser.add_argument("--system", default=None, help="with --chat: a system message before the user message")
+    parser.add_argument("--quantize", metavar="SCHEME", default=None,
+                        help="hold the layers' weights as int8 (per output channel) or int4 (groups of 32); "
+                             "see chapters/12-quantisation.md")
     parser.add_argument("--show-routing", action="store_true",
                         help="Mixture-of-Experts models: print each layer's expert load to stderr after generation")
     if _structured_output_available():
@@ -114,6 +118,8 @@ def constraint_factory(args, model):
 
 def run(args) -> int:
     model = tinyinfer.load(args.model, device=args.device)
+    if args.quantize is not None:
+        quantize_model(model, args.quantize)
     routing = track_routing(model) if args.show_routing else None
     prompt, add_special = args.prompt, True
     if args.chat:
