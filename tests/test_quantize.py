@@ -11,6 +11,7 @@ Quality bounds, measured on the weights as shipped (numbers in chapters/12-quant
 
 from __future__ import annotations
 
+import copy
 import warnings
 
 import numpy as np
@@ -260,8 +261,6 @@ def perplexity(model, ids: list[int]) -> float:
 
 def hf_with_weights(folder, params, model_type: str, config):
     """A copy of transformers' model of `folder` whose linear weights are tinyinfer's, dequantised."""
-    import copy  # noqa: PLC0415
-
     hf = copy.deepcopy(hf_model(folder))
     q_dim, kv_dim = config.n_heads * config.head_dim, config.n_kv_heads * config.head_dim
     for layer, ours in zip(hf.transformer.h if model_type == "gpt2" else hf.model.layers, params["layers"]):

@@ -215,8 +215,14 @@ class QuantizedEmbedding:
     def __getitem__(self, ids):
         return self.head.columns(ids).dequantize().T  # [ids] -> [d, n] -> [n, d]
 
-    size = QuantizedWeight.size
-    nbytes = property(lambda self: self.head.nbytes)  # the head's bytes: shared, counted once by weight_nbytes
+    @property
+    def size(self) -> int:
+        return self.head.size
+
+    @property
+    def nbytes(self) -> int:
+        """The head's bytes: one table, which `weight_nbytes` counts once."""
+        return self.head.nbytes
 
 
 # -- a whole model ---------------------------------------------------------------------------------------------
@@ -232,7 +238,10 @@ def quantize_model(model, scheme: str = "int8", group_size: int | None = None, l
         raise TinyInferError(f"this model is already quantised ({model.quantization.name}): load it again to "
                              "quantise it another way")
     params = model.params
-    quantize = lambda w: QuantizedWeight.quantize(w, chosen)  # noqa: E731
+
+    def quantize(w):
+        return QuantizedWeight.quantize(w, chosen)
+
     params["layers"] = [_quantize_matrices(layer, quantize)
                         for layer in tqdm(params["layers"], desc=f"quantising to {chosen.name}", disable=None, leave=False)]
     if lm_head:
