@@ -12,7 +12,8 @@ Around the bare loop (`generate_tokens`) sit the parts a user of an LLM API expe
 - a result with the text, the token ids, why it finished ("eos", "stop" or "length"), per-token logprobs when
   asked, and timings (TTFT, TPOT, tokens/s);
 - `n` samples of one prompt, decoded one after the other here (the serving engine batches them);
-- a constraint (tinyinfer/constrain/), applied by the sampler as a mask on the logits.
+- a constraint (tinyinfer/constrain/), applied by the sampler as a mask on the logits;
+- a draft model (tinyinfer/speculative.py): the same tokens, several per step of the model.
 
 The KV cache is allocated once for prompt + max_tokens, so the loop never copies it. A prompt that cannot fit
 in the context window with its max_tokens is refused before any work is done.
@@ -33,6 +34,7 @@ from typing import Iterator
 from tinyinfer.errors import TinyInferError
 from tinyinfer.model import SeqChunk
 from tinyinfer.sampling import Sampler, SamplingParams, TokenChoice, sequence_rngs
+from tinyinfer.speculative import SpeculationStats, check_draft, speculative_tokens
 from tinyinfer.stopping import StopMatcher
 
 
@@ -63,14 +65,15 @@ class GenerationResult:
     logprobs: list[TokenChoice] | None = None  # one per token id, when SamplingParams.logprobs is set
     prompt_ids: list[int] = field(default_factory=list)
     stop_string: str | None = None  # the stop string that matched, if any
+    speculation: SpeculationStats | None = None  # with a draft model: how many of its guesses were kept
 
 
 class GenerationStream:
     """Iterate to get the text as it is produced; `.result` holds the GenerationResult once done."""
 
-    def __init__(self, model, prompt_ids: list[int], sampler: Sampler):
+    def __init__(self, model, prompt_ids: list[int], sampler: Sampler, draft=None, num_speculative_tokens: int = 4):
         self.result: GenerationResult | None = None
-        self._pieces = _run(model, prompt_ids, sampler, self)
+        self._pieces = _run(model, prompt_ids, sampler, self, draft, num_speculative_tokens)
 
     def __iter__(self) -> Iterator[str]:
         return self._pieces
@@ -153,14 +156,19 @@ def stop_ids(model, params: SamplingParams) -> set[int]:
     return ids
 
 
-def _run(model, prompt_ids: list[int], sampler: Sampler, out: GenerationStream) -> Iterator[str]:
+def _run(model, prompt_ids: list[int], sampler: Sampler, out: GenerationStream, draft, k: int) -> Iterator[str]:
     params = sampler.params
     timings = Timings()
+    speculation = None if draft is None else SpeculationStats()
+    if draft is None:
+        picks = generate_tokens(model, prompt_ids, sampler, timings)
+    else:
+        picks = speculative_tokens(model, draft, prompt_ids, sampler, k, timings, speculation)
     enders = stop_ids(model, params)
     detok = _detokenizer(model)
     matcher = StopMatcher(params.stop)
     tokens, choices, pieces, finish_reason = [], [], [], "length"
-    for choice in generate_tokens(model, prompt_ids, sampler, timings):
+    for choice in picks:
         if choice.token_id in enders:
             finish_reason = "stop" if choice.token_id in params.stop_token_ids else "eos"
             break
@@ -184,7 +192,7 @@ def _run(model, prompt_ids: list[int], sampler: Sampler, out: GenerationStream) 
             yield tail
     out.result = GenerationResult(
         "".join(pieces), tokens, finish_reason, len(prompt_ids), timings,
-        choices if params.logprobs is not None else None, prompt_ids, matcher.stop_string,
+        choices if params.logprobs is not None else None, prompt_ids, matcher.stop_string, speculation,
     )
 
 
@@ -197,7 +205,7 @@ def _detokenizer(model):
 
 
 def generate(model, prompt, params: SamplingParams | None = None, *, stream: bool = False, constraint=None,
-             add_special_tokens: bool = True, **overrides):
+             add_special_tokens: bool = True, draft=None, num_speculative_tokens: int = 4, **overrides):
     """Generate a continuation of `prompt` (text or token ids).
 
     `params` is a SamplingParams, or give its fields as keywords (max_tokens=50, temperature=0, seed=1, ...);
@@ -209,15 +217,25 @@ def generate(model, prompt, params: SamplingParams | None = None, *, stream: boo
 
     `constraint`: an object with `allowed_mask()`, `advance(id)`, `is_complete()` (tinyinfer/constrain/), or a
     function making a fresh one (needed with n > 1: each sample walks its own grammar state).
+
+    `draft`: a smaller Model with the same tokenizer, for speculative decoding: it guesses
+    `num_speculative_tokens` tokens per round and the model checks them in one pass (tinyinfer/speculative.py).
+    The tokens follow the same distribution (at temperature 0: the very same tokens); the result's
+    `.speculation` says how many guesses were kept.
     """
     params = resolve_params(model, params, overrides)
     prompt_ids = encode_prompt(model, prompt, add_special_tokens)
     check_fits(model, len(prompt_ids), params.max_tokens)
     if params.stop and model.tokenizer is None:
         raise TinyInferError("stop strings need the model's tokenizer to read the text: use stop_token_ids instead")
+    if draft is not None:
+        check_draft(model, draft, constraint, len(prompt_ids) + params.max_tokens)
+        if not isinstance(num_speculative_tokens, int) or isinstance(num_speculative_tokens, bool) or num_speculative_tokens < 1:
+            raise TinyInferError(f"num_speculative_tokens={num_speculative_tokens!r} (--speculate) is invalid: give an integer >= 1")
     make_constraint = _constraint_factory(constraint, params.n)
     streams = [
-        GenerationStream(model, prompt_ids, Sampler(params, prompt_ids, make_constraint(), rng, model.vocab_limit))
+        GenerationStream(model, prompt_ids, Sampler(params, prompt_ids, make_constraint(), rng, model.vocab_limit),
+                         draft, num_speculative_tokens)
         for rng in sequence_rngs(params.seed, params.n)
     ]
     if not stream:

@@ -439,6 +439,10 @@ class Sampler:
             token_id = greedy(self.process(logits))
         else:  # the draw normalises its CDF, so the probabilities need not be divided by their sum first
             token_id = draw(to_numpy(exp_shifted(self.process(logits).astype(np.float64))), self.rng)
+        return self.choice(token_id, logits)
+
+    def choice(self, token_id: int, logits) -> TokenChoice:
+        """Record `token_id` as picked from `logits` [vocab]; its TokenChoice carries logprobs if asked."""
         choice = TokenChoice(token_id)
         if self.params.logprobs is not None:
             raw = to_numpy(log_softmax(logits.astype(np.float64)))  # [vocab] the model's own distribution

@@ -15,6 +15,7 @@ BENCHMARKS = {
     "grammar": "grammar compile and per-token mask time against llguidance/xgrammar when installed",
     "serve": "sequential vs static vs continuous batching on a synthetic workload",
     "moe": "a Mixture-of-Experts model against a dense one with equal active parameters, timed in alternation",
+    "speculative": "generation with a draft model (speculative decoding) against generation without, timed in turns",
 }
 
 

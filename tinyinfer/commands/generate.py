@@ -72,6 +72,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--quantize", metavar="SCHEME", default=None,
                         help="hold the layers' weights as int8 (per output channel) or int4 (groups of 32); "
                              "see chapters/12-quantisation.md")
+    parser.add_argument("--draft", metavar="MODEL", default=None,
+                        help="speculative decoding: a smaller model with the same tokenizer guesses tokens for this one "
+                             "to check (e.g. shakespeare-draft); see chapters/11-speculative-decoding.md")
+    parser.add_argument("--speculate", metavar="K", type=int, default=None, help="with --draft: guesses per round (default 4)")
     parser.add_argument("--show-routing", action="store_true",
                         help="Mixture-of-Experts models: print each layer's expert load to stderr after generation")
     if _structured_output_available():
@@ -132,8 +136,12 @@ def run(args) -> int:
         prompt, add_special = ChatTemplate.for_model(args.model).render(messages, add_generation_prompt=True), False
     elif args.system:
         raise TinyInferError("--system needs --chat (a system message only exists in a chat template)")
+    if args.speculate is not None and args.draft is None:
+        raise TinyInferError("--speculate needs --draft (the model that makes the guesses)")
+    draft = tinyinfer.load(args.draft, device=args.device) if args.draft is not None else None
     outputs = model.generate(prompt, stream=True, constraint=constraint_factory(args, model),
-                             add_special_tokens=add_special, **sampling_overrides(args))
+                             add_special_tokens=add_special, draft=draft, num_speculative_tokens=4 if args.speculate is None else args.speculate,
+                             **sampling_overrides(args))
     streams = outputs if isinstance(outputs, list) else [outputs]
     for index, stream in enumerate(streams):
         if len(streams) > 1:
@@ -173,4 +181,8 @@ def print_stats(result) -> None:
     print(f"[{result.prompt_tokens} prompt tokens, {len(result.token_ids)} output tokens ({result.finish_reason}); "
           f"TTFT {t.ttft_s * 1000:.1f} ms, TPOT {t.tpot_s * 1000:.1f} ms, decode {t.tokens_per_s:.1f} tokens/s]",
           file=sys.stderr)
+    s = result.speculation
+    if s is not None:
+        print(f"[draft: {s.accepted} of {s.proposed} guesses kept ({s.acceptance_rate:.0%}), "
+              f"{s.tokens_per_target_step:.2f} tokens per step of the model]", file=sys.stderr)
 

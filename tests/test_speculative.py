@@ -1,0 +1,158 @@
+"""Speculative decoding: exact at temperature 0 (the target's own greedy tokens), exact in distribution when
+sampling (the acceptance rule), and clear errors for drafts that cannot serve."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+
+import numpy as np
+import pytest
+
+import tinyinfer
+from tinyinfer.errors import TinyInferError
+from tinyinfer.speculative import residual, verify
+
+
+@pytest.fixture(scope="module")
+def target():
+    return tinyinfer.load("shakespeare")
+
+
+@pytest.fixture(scope="module")
+def draft():
+    return tinyinfer.load("shakespeare-draft")
+
+
+@pytest.fixture(scope="module")
+def bad_draft():
+    """The draft with its layers' weights scrambled: it guesses badly, so most guesses are rejected."""
+    scrambled = tinyinfer.load("shakespeare-draft")
+    rng = np.random.default_rng(0)
+    for layer in scrambled.params["layers"]:
+        for group in (layer, layer["mlp"]):
+            for name, w in group.items():
+                if isinstance(w, np.ndarray) and w.ndim == 2:
+                    group[name] = rng.permutation(w.ravel()).reshape(w.shape).astype(w.dtype)
+    return scrambled
+
+
+def random_distribution(rng, vocab: int, zeros: int = 0) -> np.ndarray:
+    p = rng.random(vocab) ** 3
+    p[rng.choice(vocab, zeros, replace=False)] = 0.0
+    return p / p.sum()
+
+
+@pytest.mark.exercise("11.1")
+def test_guess_kept_or_residual_draw_adds_up_to_the_target_distribution():
+    """One position: P(y) = P(y guessed and kept) + P(some guess rejected) * residual(y) must be p(y) exactly."""
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        vocab = int(rng.integers(2, 40))
+        p, q = random_distribution(rng, vocab, int(rng.integers(0, vocab - 1))), random_distribution(rng, vocab)
+        kept = np.minimum(q, p)  # q(y) * min(1, p(y) / q(y))
+        rejected = 1.0 - kept.sum()
+        np.testing.assert_allclose(kept + rejected * residual(p, q), p, atol=1e-12)
+    same = random_distribution(rng, 5)
+    np.testing.assert_array_equal(residual(same, same), same)  # nothing beyond q: rounding falls back to p
+
+
+@pytest.mark.exercise("11.2")
+def test_verify_yields_tokens_distributed_as_the_target():
+    """Many rounds of `verify` on fixed distributions: the first token follows p[0], and after a kept first
+    guess the second token follows p[1] (counts within 5 standard deviations)."""
+    rng = np.random.default_rng(1)
+    vocab, rounds = 5, 20000
+    p = np.stack([random_distribution(rng, vocab, 1) for _ in range(3)])  # [k+1, V]
+    q = np.stack([random_distribution(rng, vocab) for _ in range(2)])  # [k, V]
+    first, second = np.zeros(vocab), np.zeros(vocab)
+    draws = np.random.default_rng(2)
+    for _ in range(rounds):
+        guesses = [int(draws.choice(vocab, p=q[0])), int(draws.choice(vocab, p=q[1]))]
+        out = verify(p, q, guesses, draws)
+        assert 1 <= len(out) <= 3 and out[:-1] == guesses[:len(out) - 1]
+        first[out[0]] += 1
+        if out[0] == guesses[0]:
+            second[out[1]] += 1
+    for counts, expected in ((first, p[0]), (second, p[1])):
+        n = counts.sum()
+        sigma = np.sqrt(n * expected * (1 - expected)) + 1e-9
+        assert np.all(np.abs(counts - n * expected) < 5 * sigma + 1), (counts / n, expected)
+        assert np.all(counts[expected == 0] == 0)  # a token the target never picks never comes out
+
+
+@pytest.mark.parametrize("k", [1, 3, 6])
+def test_greedy_with_a_draft_is_the_target_greedy_token_for_token(target, draft, bad_draft, k):
+    plain = target.generate("ROMEO:", max_tokens=60, temperature=0, ignore_eos=True)
+    for helper in (draft, bad_draft):
+        fast = target.generate("ROMEO:", max_tokens=60, temperature=0, ignore_eos=True, draft=helper,
+                               num_speculative_tokens=k)
+        assert fast.token_ids == plain.token_ids
+        assert fast.text == plain.text
+        s = fast.speculation
+        assert s.tokens == 60 and s.accepted <= s.proposed and s.target_steps < 60
+    good = target.generate("ROMEO:", max_tokens=60, temperature=0, ignore_eos=True, draft=draft, num_speculative_tokens=k)
+    bad = target.generate("ROMEO:", max_tokens=60, temperature=0, ignore_eos=True, draft=bad_draft, num_speculative_tokens=k)
+    assert good.speculation.acceptance_rate > bad.speculation.acceptance_rate  # a trained draft guesses better
+
+
+def test_stop_strings_eos_and_logprobs_behave_as_without_a_draft(target, draft):
+    kwargs = dict(max_tokens=80, temperature=0, stop=["\n\n"], logprobs=2)
+    plain = target.generate("JULIET:", **kwargs)
+    fast = target.generate("JULIET:", **kwargs, draft=draft, num_speculative_tokens=4)
+    assert (fast.text, fast.token_ids, fast.finish_reason) == (plain.text, plain.token_ids, plain.finish_reason)
+    for a, b in zip(plain.logprobs, fast.logprobs):  # the target's own logprobs, from its verify pass
+        assert a.token_id == b.token_id and a.logprob == pytest.approx(b.logprob, abs=1e-4)
+
+
+def test_a_draft_equal_to_the_target_keeps_almost_every_guess_when_sampling(target):
+    twin = tinyinfer.load("shakespeare")
+    result = target.generate("ROMEO:", max_tokens=60, temperature=1.0, seed=3, ignore_eos=True, draft=twin,
+                             num_speculative_tokens=4)
+    assert result.speculation.acceptance_rate > 0.95  # p and q differ only by rounding
+    again = target.generate("ROMEO:", max_tokens=60, temperature=1.0, seed=3, ignore_eos=True, draft=twin,
+                            num_speculative_tokens=4)
+    assert again.token_ids == result.token_ids  # seeded: reproducible
+
+
+def test_sampling_with_a_draft_matches_the_target_statistics(target, draft):
+    """Over many seeds, the first sampled token (after the prompt) is distributed as the target's own."""
+    probs = target.generate("ROMEO:", max_tokens=1, temperature=1.0, seed=0, logprobs=5).logprobs[0].top_logprobs
+    top = {token: np.exp(lp) for token, lp in probs}
+    counts = dict.fromkeys(top, 0)
+    n = 300
+    for seed in range(n):
+        token = target.generate("ROMEO:", max_tokens=3, temperature=1.0, seed=seed, ignore_eos=True, draft=draft,
+                                num_speculative_tokens=2).token_ids[0]
+        if token in counts:
+            counts[token] += 1
+    for token, p in top.items():
+        assert abs(counts[token] - n * p) < 5 * np.sqrt(n * p * (1 - p)) + 1, (token, counts[token], n * p)
+
+
+def test_bad_drafts_and_settings_are_clear_errors(target, draft):
+    with pytest.raises(TinyInferError, match="num_speculative_tokens"):
+        target.generate("ROMEO:", max_tokens=5, draft=draft, num_speculative_tokens=0)
+    with pytest.raises(TinyInferError, match="constraint"):
+        target.generate("ROMEO:", max_tokens=5, draft=draft, constraint=object())
+    other = copy.copy(draft)
+    other.config = dataclasses.replace(draft.config, vocab_size=1000)
+    with pytest.raises(TinyInferError, match="vocabulary of 1000 tokens"):
+        target.generate("ROMEO:", max_tokens=5, draft=other)
+    short = copy.copy(draft)
+    short.config = dataclasses.replace(draft.config, max_seq_len=16)
+    with pytest.raises(TinyInferError, match="context window of 16"):
+        target.generate("ROMEO:", max_tokens=30, draft=short)
+
+
+def test_cli_generate_with_a_draft_prints_the_same_text_and_the_guess_statistics(capsys):
+    from tinyinfer.cli import main  # noqa: PLC0415
+
+    args = ["generate", "ROMEO:", "--max-tokens", "30", "--temperature", "0", "--ignore-eos"]
+    assert main(args) == 0
+    plain = capsys.readouterr().out
+    assert main(args + ["--draft", "shakespeare-draft", "--speculate", "3"]) == 0
+    out = capsys.readouterr()
+    assert out.out == plain and "guesses kept" in out.err
+    assert main(args + ["--speculate", "3"]) == 1
+    assert "--speculate needs --draft" in capsys.readouterr().err
