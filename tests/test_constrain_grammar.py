@@ -97,6 +97,18 @@ def test_parser_handles_recursion_and_utf8_bytes():
     assert accepts(parser, "éü".encode()) and not accepts(parser, "éa".encode())
 
 
+def test_right_recursion_runs_in_constant_stack_depth():
+    """Automata are written as right-recursive rules; a tail call pushes no frame, so the same automaton
+    state is the same parser state however long the text (what lets masks be cached)."""
+    parser = parser_for('root ::= "[" even "]"\neven ::= [a-z] odd | ""\nodd ::= [a-z] even')
+    state, seen = parser.step(parser.initial, ord("[")), set()
+    for i in range(1, 401):
+        state = parser.step(state, ord("a"))
+        seen.add(state)
+        assert (parser.step(state, ord("]")) != DEAD) == (i % 2 == 0)
+    assert len(seen) == 2  # one state for "odd so far", one for "even so far"
+    assert accepts(parser, b"[" + b"ab" * 300 + b"]") and not accepts(parser, b"[" + b"a" * 301 + b"]")
+
 # ---------------------------------------------------------------- masks against brute force
 def language(grammar_text: str, alphabet: list[str], max_len: int) -> set[bytes]:
     """Every string up to max_len characters the grammar accepts (by brute force over an alphabet)."""

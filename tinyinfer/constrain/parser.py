@@ -18,6 +18,10 @@ The parser runs the network like a pushdown automaton that follows every possibi
 
 The closure after each byte follows epsilon edges, enters called rules (pushing the return state), and
 pops back to the parent when a rule ends. An ambiguous grammar simply keeps several stacks.
+A call in *tail position* (its return state is its rule's end, with nothing left to do) pushes nothing:
+returning there would only pop again. So right recursion, the way automata become rules
+(`s-0 ::= [a-z] s-1`, `s-1 ::= [0-9] s-0 | ""`), runs in constant stack depth, and the same automaton state
+is the same parser state however long the text, which is what lets masks be cached.
 
 `local_view(state)` supports the mask cache (mask.py): it keeps the top VIEW_DEPTH frames of every stack
 and re-roots them on a numbered placeholder, so states that differ only *below* those rules (a JSON string
@@ -51,6 +55,9 @@ class ByteParser:
         self._next_bytes: list[bytes | None] = []
         self._steps: list[dict[int, int]] = []
         self._local_views: dict[int, int] = {}
+        self._returns_at_once = [  # network state -> it only ends its rule (a tail call need not push it)
+            net.end_of[q] is not None and not (net.byte_edges[q] or net.eps_edges[q] or net.call_edges[q])
+            for q in range(net.n_states)]
         self.initial = self._closure([self._node(net.rule_start[net.root], ACCEPT)])
 
     # ------------------------------------------------------------ interning
@@ -99,7 +106,8 @@ class ByteParser:
             for target in net.eps_edges[state]:
                 work.append(self._node(target, parent))
             for callee_start, ret in net.call_edges[state]:  # push the return point, enter the callee
-                work.append(self._node(callee_start, self._node(ret, parent)))
+                caller = parent if self._returns_at_once[ret] else self._node(ret, parent)
+                work.append(self._node(callee_start, caller))
             if net.end_of[state] is not None:  # rule done: continue with the caller's stack
                 work.append(parent)
         return self._intern(frozenset(ready)) if ready else DEAD
