@@ -23,8 +23,10 @@ Design:
 - String constraints that a single expression cannot hold together (pattern and length, two patterns,
   pattern and format, not-pattern) are intersected as deterministic automata (regex_dfa.py); so are
   object keys under `patternProperties` (split by the set of patterns each key matches) and `propertyNames`.
-- `contains` counts matching items between the others; `uniqueItems` is exact over a finite set of item
-  values. An optional property whose schema admits no value is left out (the key then never appears).
+- `contains` counts matching items between the others; several `contains` on one array (from allOf, or
+  `not items`, which is a contains of the complement) are requirements of one item walk
+  (json_schema_walk.py); `uniqueItems` is exact over a finite set of item values. An optional property
+  whose schema admits no value is left out (the key then never appears).
 - A keyword the grammar cannot express is refused with TinyInferError naming the keyword and the path
   (`uniqueItems` over open-ended items, `oneOf` with overlapping branches, a decimal `multipleOf` that
   float division decides inexactly...). Keywords that only annotate (title, description, default, examples,
@@ -60,6 +62,7 @@ from tinyinfer.constrain.json_schema_check import (
     search,
 )
 from tinyinfer.constrain.json_schema_logic import (
+    ALL_CONTAINS,
     ALL_MULTIPLES,
     ALL_PATTERNS,
     EVERY_PROPERTY,
@@ -116,7 +119,7 @@ SUPPORTED = {"type", "enum", "const", "properties", "required", "additionalPrope
              "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "anyOf", "oneOf", "allOf", "$ref",
              "minProperties", "maxProperties", "uniqueItems", "patternProperties", "dependencies",
              "dependentRequired", "dependentSchemas", "propertyNames", "contains", "minContains", "maxContains", NOT_STRINGS,
-             NOT_PATTERNS, ALL_PATTERNS, NOT_MULTIPLES, ALL_MULTIPLES, EVERY_PROPERTY, SOME_PROPERTY}
+             NOT_PATTERNS, ALL_PATTERNS, NOT_MULTIPLES, ALL_MULTIPLES, ALL_CONTAINS, EVERY_PROPERTY, SOME_PROPERTY}
 UNSUPPORTED = {"not", "if", "unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$dynamicAnchor",
                "$recursiveRef", "$recursiveAnchor", "contentSchema"}
 LOGIC = ("allOf", "anyOf", "oneOf", "not", "if")
@@ -537,8 +540,13 @@ class _Compiler:
             prefix, rest = [], items
         lo, hi = schema.get("minItems", 0), schema.get("maxItems")
         least, most = (schema.get("minContains", 1), schema.get("maxContains")) if "contains" in schema else (0, None)
-        if least == 1 and most is None and (prefix or hi is not None or lo > 1):  # the walk holds every bound
-            walk = ItemWalk(self, path, prefix[:hi] if hi is not None else prefix, rest, [schema["contains"]], lo, hi)
+        wanted = ([schema["contains"]] if "contains" in schema else []) + list(schema.get(ALL_CONTAINS, []))
+        if len(wanted) > 1 and (least, most) != (1, None):
+            raise schema_error(f"{path}/contains", "minContains/maxContains with several `contains` (from allOf) "
+                               "are not supported")
+        if least == 1 and most is None and (prefix or hi is not None or lo > 1 or len(wanted) > 1):  # the walk holds
+            # every bound, and several requirements (two `contains` merged by allOf)
+            walk = ItemWalk(self, path, prefix[:hi] if hi is not None else prefix, rest, wanted, lo, hi)
             return seq(Literal("["), walk.start(), Literal("]"))
         if least or most is not None:
             return self.contains(schema, rest, least, most, path)

@@ -23,6 +23,7 @@ from functools import lru_cache
 from tinyinfer.constrain.automaton import compile_grammar
 from tinyinfer.constrain.grammar import Grammar
 from tinyinfer.constrain.json_schema_logic import (
+    ALL_CONTAINS,
     ALL_MULTIPLES,
     ALL_PATTERNS,
     EVERY_PROPERTY,
@@ -286,6 +287,8 @@ _KEYWORDS = {
         search(p, value) for p in patterns),
     NOT_MULTIPLES: lambda self, value, steps, schema: not any(self.multiple_of(value, s, schema) for s in steps),
     ALL_MULTIPLES: lambda self, value, steps, schema: all(self.multiple_of(value, s, schema) for s in steps),
+    ALL_CONTAINS: lambda self, value, wanted, schema: not isinstance(value, list) or all(
+        any(self.valid(v, c) for v in value) for c in wanted),
     EVERY_PROPERTY: lambda self, value, pairs, schema: not isinstance(value, dict) or all(
         self.valid(v, vs) for ks, vs in pairs for k, v in value.items() if self.valid(k, ks)),
     SOME_PROPERTY: lambda self, value, pairs, schema: not isinstance(value, dict) or all(

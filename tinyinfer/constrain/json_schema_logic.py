@@ -30,6 +30,7 @@ NOT_PATTERNS = ("not", "patterns")
 ALL_PATTERNS = ("all", "patterns")
 NOT_MULTIPLES = ("not", "multiples")  # a number, but a multiple of none of these steps
 ALL_MULTIPLES = ("all", "multiples")  # a multiple of each of these steps too (two `multipleOf`s merged)
+ALL_CONTAINS = ("all", "contains")  # an array with an item matching each of these too (two `contains` merged)
 # [key schema, value schema] pairs: every property whose key is valid for the first has a value valid for the
 # second / some property has a key valid for the first and a value valid for the second.
 EVERY_PROPERTY = ("every", "property")
@@ -105,6 +106,8 @@ def _negate_keyword(key: str, value, resolve, annotations):
         return {"type": "array", "contains": negate(value, resolve, annotations)}
     if key == "contains":  # no item matches
         return {"type": "array", "items": negate(value, resolve, annotations)}
+    if key == ALL_CONTAINS:  # for one of them, no item matches
+        return {"anyOf": [{"type": "array", "items": negate(c, resolve, annotations)} for c in value]}
     if key == EVERY_PROPERTY:  # some property breaks one of them
         return {"anyOf": [{"type": "object", SOME_PROPERTY: [[k, negate(v, resolve, annotations)]]} for k, v in value]}
     if key == SOME_PROPERTY:  # for one of them, every property breaks it

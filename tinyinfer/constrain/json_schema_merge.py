@@ -15,6 +15,7 @@ import math
 
 from tinyinfer.constrain.json_schema_check import Undecidable, search
 from tinyinfer.constrain.json_schema_logic import (
+    ALL_CONTAINS,
     ALL_MULTIPLES,
     ALL_PATTERNS,
     EVERY_PROPERTY,
@@ -31,6 +32,7 @@ from tinyinfer.constrain.json_values import is_integral
 from tinyinfer.errors import TinyInferError
 
 MAX_ANY_OF_PRODUCT = 64  # branches of two merged anyOfs
+COUNTED = ("minContains", "maxContains")  # a `contains` with these does not merge with another
 # Keywords that only annotate: validators (and the compiler) ignore them.
 ANNOTATIONS = {"title", "description", "$schema", "$id", "id", "$comment", "examples", "default", "deprecated",
                "readOnly", "writeOnly", "contentMediaType", "contentEncoding", "$anchor", "$vocabulary",
@@ -214,9 +216,11 @@ def _merge_two(a: dict, b: dict, path: str) -> dict:
             out[key] = min(mine, value)
         elif key == "enum":
             out[key] = [v for v in mine if v in value]
-        elif key in (NOT_STRINGS, NOT_PATTERNS, ALL_PATTERNS, NOT_MULTIPLES, ALL_MULTIPLES, EVERY_PROPERTY,
-                     SOME_PROPERTY):
+        elif key in (NOT_STRINGS, NOT_PATTERNS, ALL_PATTERNS, NOT_MULTIPLES, ALL_MULTIPLES, ALL_CONTAINS,
+                     EVERY_PROPERTY, SOME_PROPERTY):
             out[key] = list(mine) + list(value)
+        elif key == "contains" and mine != value and not any(k in x for x in (a, b) for k in COUNTED):
+            out[ALL_CONTAINS] = [*out.get(ALL_CONTAINS, []), value]  # an item matching each (the walk)
         elif key == "multipleOf" and is_integral(mine) and is_integral(value):  # of both: of their lcm
             out[key] = math.lcm(int(mine), int(value))
         elif key == "multipleOf":  # decimal steps: the number automaton takes them all
