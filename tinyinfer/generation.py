@@ -46,6 +46,14 @@ class Timings:
     decode_s: float = 0.0  # total time of the decode steps after the first token
     output_tokens: int = 0
 
+    def add_token(self, seconds: float) -> None:
+        """Count one output token that took `seconds` to produce: the first one's time is the TTFT."""
+        if self.output_tokens == 0:
+            self.ttft_s = seconds
+        else:
+            self.decode_s += seconds
+        self.output_tokens += 1
+
     @property
     def tpot_s(self) -> float:
         return self.decode_s / max(self.output_tokens - 1, 1)
@@ -125,12 +133,7 @@ def generate_tokens(model, prompt_ids: list[int], sampler: Sampler, timings: Tim
     position = len(prompt_ids)
     for step in range(max_tokens):
         choice = sampler.sample(logits[0])
-        now = time.perf_counter()
-        if step == 0:
-            timings.ttft_s = now - start
-        else:
-            timings.decode_s += now - start
-        timings.output_tokens += 1
+        timings.add_token(time.perf_counter() - start)
         yield choice
         if step + 1 == max_tokens:
             return

@@ -164,11 +164,6 @@ def speculative_tokens(target, draft, prompt_ids: list[int], sampler: Sampler, k
         for i, token in enumerate(produced):
             choice = sampler.choice(token, rows[i])
             tokens.append(token)
-            now = time.perf_counter()
-            if timings.output_tokens == 0:
-                timings.ttft_s = now - start
-            else:
-                timings.decode_s += now - start
-            timings.output_tokens += 1
+            timings.add_token(time.perf_counter() - start)  # a round's later tokens come at no extra time
             yield choice
             start = time.perf_counter()
