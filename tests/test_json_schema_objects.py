@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.test_json_schema_logic import holds
+from tests.test_json_schema_logic import agrees, holds
 from tinyinfer.constrain.json_schema import schema_to_grammar
 from tinyinfer.constrain.json_schema_objects import _finite_strings
 from tinyinfer.constrain.regex import regex_to_expr
@@ -42,6 +42,16 @@ def test_all_of_merges_pattern_properties_with_additional_properties():
                                        {"patternProperties": {"a": {"type": "integer"}},
                                         "additionalProperties": False}], "maxProperties": 2},
           [{}, {"xxxa": 1}, {"aaaa": 2, "abcd": 3}], [{"a": 1}, {"bbbb": 1}, {"aaaa": "x"}])
+
+
+def test_additional_properties_of_one_part_still_cover_keys_another_part_gives_patterns():
+    """The first part's additionalProperties holds for *every* key (it declares no patterns); merged
+    keyword by keyword, the second part's pattern would wrongly take "a" keys out of it."""
+    schema = {"type": "object", "allOf": [{"additionalProperties": {"type": "array", "minItems": 2}},
+                                          {"patternProperties": {"a": {"type": "array", "items": {"type": "integer"}}}}]}
+    holds(schema, [{}, {"a": [1, 2]}, {"b": ["x", None]}], [{"a": []}, {"ab": [1]}, {"a": [1, "x"]}, {"b": []}])
+    objects = [{k: v} for k in ("a", "b", "ba") for v in ([], [1], [1, 2], ["x", 2], 3)]
+    agrees(schema, objects + [{"a": [1, 2], "b": [1]}, {"a": [1, 2], "b": [3, 4]}])
 
 
 def test_one_of_over_pattern_properties():

@@ -248,7 +248,10 @@ def _keys_conflict(a: dict, b: dict) -> bool:
     if any(k in x for x in (a, b) for k in (EVERY_PROPERTY, SOME_PROPERTY)):
         return any(k in x for x in (a, b) for k in KEY_KEYWORDS)
     differ = [k for k in KEY_KEYWORDS if k in a and k in b and a[k] != b[k]]
-    return bool(differ) and (differ != ["patternProperties"] or "additionalProperties" in a or "additionalProperties" in b)
+    closed = "additionalProperties" in a or "additionalProperties" in b
+    if closed and a.get("patternProperties", {}) != b.get("patternProperties", {}):
+        return True  # one part's additionalProperties covers keys that the other's patterns would take out
+    return bool(differ) and (differ != ["patternProperties"] or closed)
 
 
 def _restrict_properties(out: dict, a: dict, b: dict, path: str) -> None:
