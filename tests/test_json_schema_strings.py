@@ -10,7 +10,7 @@ import re
 import jsonschema
 import pytest
 
-from tests.test_json_schema_logic import holds
+from tests.test_json_schema_logic import agrees, holds
 from tinyinfer.constrain.json_schema import SUPPORTED, UNSUPPORTED, _Compiler
 from tinyinfer.constrain.json_schema_strings import NotProjectable, project
 from tinyinfer.constrain.regex import pattern_to_expr
@@ -92,3 +92,18 @@ def test_string_logic_compiles_exactly():
           ["b", "", "ba", "b1a"], ["a", "b1", "bbbbb", 1])
     holds({"anyOf": [{"type": "null"}, {"type": "string", "not": {"pattern": "^[ab]*$"}}]},
           [None, "x", "ax"], ["", "ab", 3])
+
+
+def test_large_string_products_agree_with_jsonschema():
+    """Three patterns, a length and a `not`: products of a few thousand states, minimized to 2,300."""
+    schema = {"type": "string", "minLength": 80, "allOf": [
+        {"pattern": "^([a-z][0-9])+$"}, {"pattern": "(c1d3.{2,4}){4}"}, {"pattern": "(t|8){4}$"},
+        {"not": {"pattern": "^(c1d3.{2,4}){4}"}}]}
+    rng = random.Random(0)
+    pairs = ["a0", "c1", "d3", "t8", "g3"]
+    values = []
+    for _ in range(400):
+        body = "".join(rng.choice(["c1d3" + rng.choice(pairs) * rng.choice([1, 2]), rng.choice(pairs)])
+                       for _ in range(rng.randint(12, 30)))
+        values.append(rng.choice(["", "a0", "c1d3a0"]) + body + rng.choice(["t8t8", "8t", "t8t8t8", ""]))
+    agrees(schema, values)

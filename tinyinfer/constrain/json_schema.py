@@ -149,6 +149,7 @@ class _Compiler:
         self.root = root
         self.rules: dict[str, object] = {}
         self.ref_rules: dict[str, str] = {}  # "$ref" string -> rule name
+        self.numbers: dict[str, object] = {}  # number constraints -> their rules' start (None: no number)
         self.counter = 0
 
     def grammar(self, schema=None, path: str = "#") -> Grammar:
@@ -505,7 +506,22 @@ class _Compiler:
             raise empty_error(path, f"no number lies between the bounds {lo} and {hi}") from None
 
     def number_rules(self, steps: list, not_steps: list, bounds: tuple, integer: bool, path: str):
-        """Numbers as the intersection of one automaton per bound, then divisibility within them."""
+        """Numbers as one automaton (number_automaton), written as rules once per set of constraints (the
+        branches of an anyOf merged with the same siblings often ask for the same numbers again)."""
+        key = repr((steps, not_steps, bounds, integer))
+        if key not in self.numbers:
+            try:
+                self.numbers[key] = self.automaton_rules(self.number_automaton(steps, not_steps, bounds, integer,
+                                                                               path), "num")
+            except ValueError:  # the automaton accepts nothing
+                self.numbers[key] = None
+        if self.numbers[key] is None:
+            raise empty_error(path, "no number satisfies multipleOf and the bounds together")
+        return self.numbers[key]
+
+    def number_automaton(self, steps: list, not_steps: list, bounds: tuple, integer: bool, path: str):
+        """The bounds' automata, minimized and intersected, then the divisibility automaton within them
+        (only the residues the texts in bounds reach are built), minimized."""
         lo, lo_open, hi, hi_open = bounds
         try:
             divisible, magnitude = decimal_steps(steps, not_steps, integer)
@@ -515,17 +531,13 @@ class _Compiler:
             within = None
             for limit, open_, upper in limits:
                 if limit is not None:
-                    automaton = bound_dfa(Fraction(limit), open_, upper)
-                    within = minimize(automaton if within is None else intersect(within, automaton))
-            automaton = minimize(multiples_dfa(divisible, within))
+                    automaton = minimize(bound_dfa(Fraction(limit), open_, upper))
+                    within = automaton if within is None else minimize(intersect(within, automaton))
+            return minimize(multiples_dfa(divisible, within))
         except ValueError as e:
             raise schema_error(path, str(e)) from None
         except AutomatonTooLarge as e:
             raise schema_error(path, f"multipleOf: {e}") from None
-        try:
-            return self.automaton_rules(automaton, "num")
-        except ValueError:
-            raise empty_error(path, "no number satisfies multipleOf and the bounds together") from None
 
     # ------------------------------------------------------------ arrays and objects
     def array(self, schema: dict, path: str):
