@@ -251,15 +251,15 @@ class _Compiler:
         return alt(*(self.typed(t, schema, path) for t in types))
 
     def all_of(self, schema: dict, path: str):
-        """allOf merged into one schema. An allOf of bare $refs becomes one named rule per set of refs, so
-        that merging recursive schemas ends: where the merge recurs, the rule calls itself."""
+        """allOf merged into one schema. An allOf with a bare $ref among its parts becomes one named rule
+        per set of parts (nested allOfs spliced in, order ignored), so that merging recursive schemas ends:
+        where the merge recurs with the same parts, the rule calls itself."""
         rest = {k: v for k, v in schema.items() if k != "allOf"}
-        parts = list(schema["allOf"])
-        refs = [part.get("$ref") for part in parts if isinstance(part, dict) and len(part) == 1]
-        if len(refs) == len(parts) and None not in refs and not _constraining(rest):
-            refs = sorted(set(refs))
-            return Ref(self.named_rule("allOf " + " & ".join(refs), lambda: self.expr(
-                merge([{"$ref": r} for r in refs], path, self), path + "/allOf")))
+        parts = _flat_all_of(schema["allOf"])
+        if any(isinstance(part, dict) and list(part) == ["$ref"] for part in parts) and not _constraining(rest):
+            unique = sorted({_canonical(part): part for part in parts}.items())  # (A and B is B and A)
+            return Ref(self.named_rule("allOf " + " & ".join(key for key, _ in unique), lambda: self.expr(
+                merge([part for _, part in unique], path, self), path + "/allOf")))
         return self.expr(merge([rest, *parts], path, self), path + "/allOf")
 
     def union(self, schema, key: str, path: str):
@@ -856,6 +856,27 @@ def _matches_every_key(pattern: str) -> bool:
     """`.*` or `^[...]*`: with no end anchor they match the empty string at the start, so every key."""
     simple = re.fullmatch(r"\^?\(?\.\*\)?|\^?\[[^\]]*\]\*", pattern) is not None
     return simple and search(pattern, "")
+
+
+def _flat_all_of(parts: list) -> list:
+    """allOf parts with nested bare allOfs spliced in: [A, {"allOf": [B, C]}] -> [A, B, C]."""
+    out = []
+    for part in parts:
+        if isinstance(part, dict) and list(part) == ["allOf"]:
+            out += _flat_all_of(part["allOf"])
+        else:
+            out.append(part)
+    return out
+
+
+def _canonical(schema) -> str:
+    """One text per schema, whatever the order of its keys (private keywords are tuples: named by str)."""
+    if isinstance(schema, dict):
+        items = sorted(schema.items(), key=lambda kv: str(kv[0]))
+        return "{" + ",".join(f"{str(k)!r}:{_canonical(v)}" for k, v in items) + "}"
+    if isinstance(schema, list):
+        return "[" + ",".join(map(_canonical, schema)) + "]"
+    return json.dumps(schema)
 
 
 def _constraining(schema: dict) -> bool:

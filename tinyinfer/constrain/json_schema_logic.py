@@ -13,6 +13,8 @@ bound fails":
                                                       {"type": "number", "exclusiveMaximum": 3},
                                                       {"type": "number", "exclusiveMinimum": 3}]}
 
+An object other than a constant object has another key, lacks one of its keys, or holds another value
+under one of them (the last recursively: a constant nested 30 levels deep takes 30 levels of `anyOf`).
 Strings other than a finite set, or not matching a pattern, are said with the private keywords NOT_STRINGS
 and NOT_PATTERNS, which the compiler turns into automata (regex_dfa.py); numbers that are no multiple of a
 step with NOT_MULTIPLES (number_dfa.py). Keywords whose complement a grammar cannot say (`uniqueItems`,
@@ -167,9 +169,28 @@ def _not_values(values: list) -> dict | bool:
             options.append({"type": "string", NOT_STRINGS: excluded})
         elif kind == "number":
             options += _numbers_apart(sorted(set(excluded)))
+        elif kind == "object":  # other than each excluded object
+            others = [_other_object(o) for o in excluded]
+            options.append({"allOf": others} if len(others) > 1 else others[0])
         else:
             raise NotExpressible(f"keyword 'enum'/'const' (an {kind} other than given ones)")
     return {"anyOf": options} if options else False
+
+
+def _other_object(excluded: dict) -> dict:
+    """Objects other than `excluded`: one with a key it lacks, or without one of its keys, or with one of its
+    keys holding another value (recursively, so a nested constant needs as many levels as it has):
+
+        _other_object({"a": 1}) -> {"anyOf": [{"type": "object", SOME_PROPERTY: [[{"not": {"enum": ["a"]}}, True]]},
+                                              {"type": "object", "properties": {"a": False}},
+                                              {"type": "object", "required": ["a"], "properties": {"a": <not 1>}}]}"""
+    keys = list(excluded)
+    if not keys:
+        return {"type": "object", "minProperties": 1}
+    return {"anyOf": [{"type": "object", SOME_PROPERTY: [[{"not": {"enum": keys}}, True]]},
+                      *({"type": "object", "properties": {k: False}} for k in keys),
+                      *({"type": "object", "required": [k], "properties": {k: _not_values([v])}}
+                        for k, v in excluded.items())]}
 
 
 def _numbers_apart(points: list) -> list[dict]:

@@ -1,6 +1,6 @@
 """Lists that must contain a witness for each of a few requirements: "some item matches C" (`contains`
-under maxItems, minItems or prefixItems, or several `contains` merged by allOf) or "some property has a key in K and a value in V" (the
-complements of patternProperties and propertyNames).
+under maxItems, minItems or prefixItems, or several `contains` merged by allOf) or "some property has a
+key in K and a value in V" (the complements of patternProperties and propertyNames).
 
 A grammar cannot count or remember freely, but it can remember a *finite* state. The walk writes the
 elements one by one and remembers (position, requirements met so far as a bit set, elements written, capped
