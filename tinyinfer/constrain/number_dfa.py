@@ -34,7 +34,15 @@ from fractions import Fraction
 
 import numpy as np
 
-from tinyinfer.constrain.regex_dfa import MAX_STATES, SURROGATES, Dfa, check_size, explore, intersect, product
+from tinyinfer.constrain.regex_dfa import (
+    MAX_STATES,
+    SURROGATES,
+    Dfa,
+    check_size,
+    explore,
+    intersect,
+    product,
+)
 
 DIGITS = "0123456789"
 # The columns of a number automaton's table: "-", ".", each digit, and the characters between them.
