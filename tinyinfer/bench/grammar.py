@@ -20,7 +20,10 @@ The mask time is set against one decode step of the built-in model, timed here i
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import sys
 import time
 from pathlib import Path
 
@@ -111,6 +114,21 @@ class LLGuidance:
 XGRAMMAR_OPTIONS = {"any_whitespace": False, "strict_mode": False, "separators": (",", ":")}
 
 
+@contextlib.contextmanager
+def native_stderr_silenced():
+    """Send file descriptor 2 to /dev/null for a while: xgrammar's C++ code logs a warning line for every schema
+    it approximates, straight to the descriptor, around Python's sys.stderr."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(os.devnull, "w") as devnull:
+        os.dup2(devnull.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
 class XGrammar:
     name = "xgrammar"
 
@@ -124,13 +142,15 @@ class XGrammar:
 
     def covers(self, schema) -> bool:
         try:  # the grammar alone, without the vocabulary preprocessing compile() adds
-            self.xg.Grammar.from_json_schema(json.dumps(schema), **XGRAMMAR_OPTIONS)
+            with native_stderr_silenced():
+                self.xg.Grammar.from_json_schema(json.dumps(schema), **XGRAMMAR_OPTIONS)
             return True
         except Exception:  # noqa: BLE001 -- xgrammar raises its own error types for schemas it refuses
             return False
 
     def compile(self, schema):
-        return self.compiler.compile_json_schema(json.dumps(schema), **XGRAMMAR_OPTIONS)
+        with native_stderr_silenced():
+            return self.compiler.compile_json_schema(json.dumps(schema), **XGRAMMAR_OPTIONS)
 
     def walker(self, compiled):
         matcher = self.xg.GrammarMatcher(compiled)
