@@ -132,7 +132,8 @@ def speculative_tokens(target, draft, prompt_ids: list[int], sampler: Sampler, k
     """`generate_tokens` with a draft: yields the same kind of TokenChoice, several per target step.
 
     The target's cache holds keys and values of `tokens[:target_done]`, the draft's of `tokens[:draft_done]`;
-    a round feeds each model what it has not seen yet, so both catch up after a rejection by themselves.
+    a round feeds each model what it has not seen yet, so both catch up after a rejection by themselves. The
+    target's pass over [last token, guesses] gives the k+1 rows of logits the guesses are checked against.
     """
     max_tokens = sampler.params.max_tokens
     target_cache = target.new_cache(max_seqs=1, max_len=len(prompt_ids) + max_tokens)
@@ -149,9 +150,11 @@ def speculative_tokens(target, draft, prompt_ids: list[int], sampler: Sampler, k
             q.append(distribution(sampler, to_numpy(logits[0]), guesses))
             guesses.append(draw(q[-1], sampler.rng))
         stats.draft_steps += n_guesses
-        new = tokens[target_done:] + guesses  # the target's unseen tokens, then every guess: one forward pass
-        logits = to_numpy(target.forward([SeqChunk(0, target_done, new)], target_cache, all_logits=True))  # [n, V]
-        rows = logits[len(new) - n_guesses - 1:]  # [k+1, V]: after the last known token, then after each guess
+        if len(tokens) - target_done > 1:  # first round: the prompt but its last token (no logits needed)
+            target.forward([SeqChunk(0, target_done, tokens[target_done:-1])], target_cache)
+            target_done = len(tokens) - 1
+        new = tokens[target_done:] + guesses  # the one token the target has not seen, then every guess
+        rows = to_numpy(target.forward([SeqChunk(0, target_done, new)], target_cache, all_logits=True))  # [k+1, V]
         p = np.stack([distribution(sampler, rows[i], guesses[:i]) for i in range(n_guesses + 1)])  # [k+1, V]
         produced = verify(p, np.array(q) if q else np.zeros((0, p.shape[-1])), guesses, sampler.rng)
         kept = len(produced) - 1
