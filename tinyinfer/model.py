@@ -67,6 +67,7 @@ class Model:
         self.generation_config = generation_config or {}
         self.inv_freq = inv_frequencies(config.head_dim, config.rope_theta, config.rope_scaling)
         self.expert_load = None  # filled by Mixture-of-Experts layers when routing statistics are asked for
+        self.quantization = None  # the Scheme its weights were quantised with (tinyinfer/quantize.py), if any
 
     # -- the forward pass ----------------------------------------------------------------------------------
 
@@ -201,7 +202,7 @@ class Model:
     @property
     def n_params(self) -> int:
         """Number of parameters, a tied LM head counted once (it is the embedding table)."""
-        total = sum(array.size for array in _leaves(self.params))
+        total = sum(array.size for array in leaves(self.params))
         return total - (self.params["lm_head"].size if self.config.tie_word_embeddings else 0)
 
 
@@ -212,13 +213,14 @@ def _qk_norm(x, weight, cfg: Config):
     return rms_norm(x, weight, cfg.norm_eps)
 
 
-def _leaves(tree):
+def leaves(tree):
+    """Every array of a parameter tree (nested dicts and lists), in order."""
     if isinstance(tree, dict):
         for value in tree.values():
-            yield from _leaves(value)
+            yield from leaves(value)
     elif isinstance(tree, list):
         for value in tree:
-            yield from _leaves(value)
+            yield from leaves(value)
     else:
         yield tree
 

@@ -43,6 +43,7 @@ from tqdm import tqdm
 
 from tinyinfer.backend import xp_of
 from tinyinfer.errors import TinyInferError
+from tinyinfer.model import leaves
 
 
 @dataclass(frozen=True)
@@ -234,7 +235,7 @@ def quantize_model(model, scheme: str = "int8", group_size: int | None = None, l
     `lm_head=True` quantises the output layer too (and, when tied, the embedding table with it).
     """
     chosen = get_scheme(scheme, group_size)
-    if getattr(model, "quantization", None) is not None:
+    if model.quantization is not None:
         raise TinyInferError(f"this model is already quantised ({model.quantization.name}): load it again to "
                              "quantise it another way")
     params = model.params
@@ -266,14 +267,5 @@ def weight_nbytes(model) -> int:
     params = dict(model.params)
     if model.config.tie_word_embeddings:
         params.pop("embed")
-    return sum(leaf.nbytes for leaf in _leaves(params))
+    return sum(leaf.nbytes for leaf in leaves(params))
 
-
-def _leaves(tree):
-    if isinstance(tree, dict):
-        tree = list(tree.values())
-    if isinstance(tree, list):
-        for value in tree:
-            yield from _leaves(value)
-    else:
-        yield tree

@@ -50,7 +50,11 @@ class SpeculationStats:
     accepted: int = 0  # of which the target kept
     target_steps: int = 0  # forward passes of the target after the prompt
     draft_steps: int = 0  # forward passes of the draft
-    tokens: int = 0  # tokens produced by the rounds
+
+    @property
+    def tokens(self) -> int:
+        """Tokens produced: each round yields its kept guesses and one token of the target's."""
+        return self.accepted + self.target_steps
 
     @property
     def acceptance_rate(self) -> float:
@@ -161,7 +165,6 @@ def speculative_tokens(target, draft, prompt_ids: list[int], sampler: Sampler, k
         stats.target_steps += 1
         stats.proposed += n_guesses
         stats.accepted += kept
-        stats.tokens += len(produced)
         target_done = len(tokens) + kept  # the caches hold the kept guesses; the last token is new to both
         draft_done = min(draft_done, target_done)
         for i, token in enumerate(produced):
