@@ -105,7 +105,7 @@ def _gpt2(c: dict) -> dict:
         n_kv_heads=c["n_head"], head_dim=d // c["n_head"], d_ff=c.get("n_inner") or 4 * d,
         max_seq_len=c.get("n_positions", 1024), norm="layernorm", norm_eps=c.get("layer_norm_epsilon", 1e-5),
         activation=_activation(c.get("activation_function", "gelu_new")), mlp="gelu_mlp", position="learned",
-        qkv_bias=True, o_bias=True, mlp_bias=True, tie_word_embeddings=True,
+        qkv_bias=True, o_bias=True, mlp_bias=True, tie_word_embeddings=c.get("tie_word_embeddings", True),
         attn_scale_weights=c.get("scale_attn_weights", True),
         attn_scale_inverse_layer=c.get("scale_attn_by_inverse_layer_idx", False),
     )

@@ -84,8 +84,9 @@ def gpt2_params(get: Getter, cfg: Config) -> dict:
                     "down": get(f"{p}.mlp.c_proj.weight", (cfg.d_ff, d)), "down_bias": get(f"{p}.mlp.c_proj.bias", (d,))},
         })
     embed = get("wte.weight", (V, d))
+    lm_head = embed.T if cfg.tie_word_embeddings else linear(get, "lm_head.weight", d, V)  # tied: a [d, V] view
     return {"embed": embed, "pos_embed": get("wpe.weight", (cfg.max_seq_len, d)), "layers": layers,
-            "final_norm": norm(get, "ln_f", d, True), "lm_head": embed.T}  # tied: [V, d] -> [d, V] view
+            "final_norm": norm(get, "ln_f", d, True), "lm_head": lm_head}
 
 
 # ---------------------------------------------------------------------------------------------------------------
