@@ -22,6 +22,7 @@ from tinyinfer.attention import attention, causal_mask, decode_attention
 from tinyinfer.backend import get_xp, to_device, to_numpy
 from tinyinfer.config import Config
 from tinyinfer.errors import TinyInferError
+from tinyinfer.flash_attention import tiled_attention
 from tinyinfer.kv_cache import ContiguousKVCache
 from tinyinfer.mlp import gelu_mlp, linear, swiglu
 from tinyinfer.moe import moe_feed_forward
@@ -31,6 +32,7 @@ from tinyinfer.weights import arrange_for_matvec
 
 
 DECODE_GROUP_SIZE = 8  # batched decode attention: sequences of similar length, about this many per batch
+TILED_ATTENTION_MIN_SCORES = 2**18  # a chunk with more scores (heads x n x L) than a CPU cache holds is tiled
 
 
 @dataclass
@@ -114,8 +116,12 @@ class Model:
             rows = slice(plan.first_rows[j], plan.first_rows[j] + n)
             cache.write(i, chunk.seq_id, chunk.start, k[rows], v[rows])
             keys, values = cache.read(i, chunk.seq_id, end)  # 2 x [KV, end, hd]
-            mask = to_device(causal_mask(n, chunk.start, cfg.window_of(i)), self.device)  # [n, end]
-            out[rows] = attention(q[rows], keys, values, mask, cfg.attention_scale(i))  # -> [n, H*hd]
+            window, scale = cfg.window_of(i), cfg.attention_scale(i)
+            if cfg.n_heads * n * end > TILED_ATTENTION_MIN_SCORES:  # a long prefill: never hold all its scores
+                out[rows] = tiled_attention(q[rows], keys, values, chunk.start, window, scale)  # -> [n, H*hd]
+            else:
+                mask = to_device(causal_mask(n, chunk.start, window), self.device)  # [n, end]
+                out[rows] = attention(q[rows], keys, values, mask, scale)  # -> [n, H*hd]
         return linear(out, layer, "o")  # [T, H*hd] -> [T, d]
 
     def decode_block(self, i: int, rows, slots, q, k, v, out, cache) -> None:
