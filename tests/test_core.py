@@ -206,7 +206,7 @@ def test_both_config_dialects_give_the_same_rope():
 
 @pytest.mark.parametrize("change, message", [
     ({"model_type": "bert"}, "model_type 'bert' is not supported; supported: gpt2, llama"),
-    ({"rope_scaling": {"rope_type": "yarn", "factor": 2.0}}, "rope scaling type 'yarn' is not supported"),
+    ({"rope_scaling": {"rope_type": "longrope", "factor": 2.0}}, "rope scaling type 'longrope' is not supported"),
     ({"hidden_act": "relu6"}, "activation 'relu6' is not supported"),
     ({"num_key_value_heads": 3}, "not a multiple of num_key_value_heads=3"),
     ({"quantization_config": {"quant_method": "gptq", "bits": 4}}, "quantised with 'gptq' are not supported"),

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tinyinfer.errors import TinyInferError
+from tinyinfer.rope import rope_attention_factor
 
 
 @dataclass
@@ -35,11 +36,11 @@ class Config:
     max_seq_len: int
     norm: str = "rmsnorm"  # "rmsnorm" | "layernorm"
     norm_eps: float = 1e-5
-    activation: str = "silu"  # "silu" | "gelu_tanh"
+    activation: str = "silu"  # a name in tinyinfer/mlp.py ACTIVATIONS: "silu", "gelu_tanh", "gelu", "relu", ...
     mlp: str = "swiglu"  # "swiglu" (gate, up, down) | "gelu_mlp" (up, down: GPT-2)
     position: str = "rope"  # "rope" | "learned" (GPT-2's position table)
     rope_theta: float = 10000.0
-    rope_scaling: dict | None = None  # {"rope_type": "linear"|"llama3", ...} or None
+    rope_scaling: dict | None = None  # {"rope_type": "linear"|"llama3"|"yarn", ...} or None
     qkv_bias: bool = False
     o_bias: bool = False
     mlp_bias: bool = False
@@ -80,8 +81,12 @@ class Config:
         return self.n_experts > 0 and (self.moe_layers is None or layer in self.moe_layers)
 
     def attention_scale(self, layer: int) -> float:
-        """The factor on layer `layer`'s q.k scores: 1/sqrt(head_dim), unless a GPT-2 config says otherwise."""
+        """The factor on layer `layer`'s q.k scores: 1/sqrt(head_dim), unless a GPT-2 config says otherwise.
+
+        YaRN RoPE multiplies the rotated q and k each by its attention factor (transformers scales cos and
+        sin), so every score by the factor's square: applied here, once, to the scores."""
         scale = self.head_dim**-0.5 if self.attn_scale_weights else 1.0
+        scale *= rope_attention_factor(self.rope_scaling) ** 2
         return scale / (layer + 1) if self.attn_scale_inverse_layer else scale
 
     def window_of(self, layer: int) -> int | None:
@@ -102,12 +107,11 @@ def _gpt2(c: dict) -> dict:
     d = c["n_embd"]
     return dict(
         vocab_size=c["vocab_size"], d_model=d, n_layers=c["n_layer"], n_heads=c["n_head"],
-        n_kv_heads=c["n_head"], head_dim=d // c["n_head"], d_ff=c.get("n_inner") or 4 * d,
-        max_seq_len=c.get("n_positions", 1024), norm="layernorm", norm_eps=c.get("layer_norm_epsilon", 1e-5),
-        activation=_activation(c.get("activation_function", "gelu_new")), mlp="gelu_mlp", position="learned",
-        qkv_bias=True, o_bias=True, mlp_bias=True, tie_word_embeddings=c.get("tie_word_embeddings", True),
-        attn_scale_weights=c.get("scale_attn_weights", True),
-        attn_scale_inverse_layer=c.get("scale_attn_by_inverse_layer_idx", False),
+        n_kv_heads=c["n_head"], head_dim=d // c["n_head"], d_ff=c["n_inner"] or 4 * d,
+        max_seq_len=c["n_positions"], norm="layernorm", norm_eps=c["layer_norm_epsilon"],
+        activation=_activation(c["activation_function"]), mlp="gelu_mlp", position="learned",
+        qkv_bias=True, o_bias=True, mlp_bias=True, tie_word_embeddings=c["tie_word_embeddings"],
+        attn_scale_weights=c["scale_attn_weights"], attn_scale_inverse_layer=c["scale_attn_by_inverse_layer_idx"],
     )
 
 
@@ -115,65 +119,101 @@ def _llama_family(c: dict) -> dict:
     """llama, mistral, qwen2, qwen3: RMSNorm, RoPE, SwiGLU; they differ in biases, q/k norm and windows."""
     model_type = c["model_type"]
     n_heads = c["num_attention_heads"]
-    n_kv = c.get("num_key_value_heads") or n_heads
+    n_kv = c.get("num_key_value_heads") or n_heads  # null: as many as the query heads
     theta, scaling = _rope(c)
+    qkv_bias, o_bias, mlp_bias = (c[field] if isinstance(field, str) else field for field in BIAS_FIELDS[model_type])
     fields = dict(
         vocab_size=c["vocab_size"], d_model=c["hidden_size"], n_layers=c["num_hidden_layers"], n_heads=n_heads,
         n_kv_heads=n_kv, head_dim=c.get("head_dim") or c["hidden_size"] // n_heads, d_ff=c["intermediate_size"],
-        max_seq_len=c.get("max_position_embeddings", 2048), norm="rmsnorm", norm_eps=c.get("rms_norm_eps", 1e-6),
-        activation=_activation(c.get("hidden_act", "silu")), mlp="swiglu", position="rope",
-        rope_theta=theta, rope_scaling=scaling,
-        qkv_bias=c.get("attention_bias", model_type == "qwen2"), o_bias=c.get("attention_bias", False),
-        mlp_bias=c.get("mlp_bias", False), qk_norm=model_type == "qwen3",
-        tie_word_embeddings=c.get("tie_word_embeddings", False),
+        max_seq_len=c["max_position_embeddings"], norm="rmsnorm", norm_eps=c["rms_norm_eps"],
+        activation=_activation(c["hidden_act"]), mlp="swiglu", position="rope", rope_theta=theta, rope_scaling=scaling,
+        qkv_bias=qkv_bias, o_bias=o_bias, mlp_bias=mlp_bias, qk_norm=model_type in ("qwen3", "qwen3_moe"),
+        tie_word_embeddings=c["tie_word_embeddings"],
     )
     fields["sliding_window"], fields["layer_types"] = _sliding(c)
     return fields
 
 
-QWEN_TYPES = ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe")
+# model_type -> the config.json field that switches on its (q/k/v, o, MLP) biases, or True/False where the
+# architecture hard-wires them whatever the file says (Qwen2 always biases q, k and v and never o).
+BIAS_FIELDS = {
+    "llama": ("attention_bias", "attention_bias", "mlp_bias"),
+    "mistral": (False, False, False),
+    "qwen2": (True, False, False),
+    "qwen3": ("attention_bias", "attention_bias", False),
+    "mixtral": (False, False, False),
+    "qwen2_moe": ("qkv_bias", False, False),
+    "qwen3_moe": ("attention_bias", "attention_bias", False),
+    "olmoe": ("attention_bias", "attention_bias", False),
+}
 
 
 def _sliding(c: dict) -> tuple[int | None, list[str]]:
-    """Mistral slides every layer when `sliding_window` is set; Qwen only with `use_sliding_window`,
-    from layer `max_window_layers` on. An explicit `layer_types` list (transformers 5) wins."""
-    window = c.get("sliding_window")
-    if c["model_type"] in QWEN_TYPES and not c.get("use_sliding_window", False):
-        window = None
+    """The window and which layers slide through it, as each family's transformers code decides:
+
+        mistral, mixtral   every layer, whenever `sliding_window` is set
+        qwen2, qwen3       with `use_sliding_window`: layers from `max_window_layers` on
+        qwen2_moe          with `use_sliding_window`: the even layers below `max_window_layers`
+        qwen3_moe          with `use_sliding_window`: every layer
+        llama, olmoe       never (a `sliding_window` field is ignored)
+
+    Qwen2, Qwen3 and Qwen2-MoE follow an explicit `layer_types` list instead (transformers 5 writes one).
+    """
+    model_type, n = c["model_type"], c["num_hidden_layers"]
+    switched = model_type in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe")  # off unless use_sliding_window
+    window = c.get("sliding_window") if not switched or c["use_sliding_window"] else None
+    if model_type in ("llama", "olmoe") or not window:
+        return None, ["full_attention"] * n
+    if model_type in ("mistral", "mixtral", "qwen3_moe"):
+        return window, ["sliding_attention"] * n
     if c.get("layer_types"):
         return window, list(c["layer_types"])
-    n = c["num_hidden_layers"]
-    if window is None:
-        return None, ["full_attention"] * n
-    first = c.get("max_window_layers", 0) if c["model_type"] in QWEN_TYPES else 0
-    return window, ["sliding_attention" if i >= first else "full_attention" for i in range(n)]
+    first = c["max_window_layers"]
+    slides = [i % 2 == 0 and i < first if model_type == "qwen2_moe" else i >= first for i in range(n)]
+    return window, ["sliding_attention" if slide else "full_attention" for slide in slides]
 
 
 def _rope(c: dict) -> tuple[float, dict | None]:
-    """(theta, scaling) from either dialect; scaling is None for plain RoPE."""
-    params = dict(c.get("rope_parameters") or {})
-    if c.get("rope_scaling"):
-        params = {**params, **c["rope_scaling"]}
-    theta = float(params.get("rope_theta", c.get("rope_theta", 10000.0)))
+    """(theta, scaling) from either dialect; scaling is None for plain RoPE.
+
+    As in transformers, an old-style `rope_scaling` replaces `rope_parameters` whole, its kind may be spelled
+    `type`, and a top-level `original_max_position_embeddings` (Phi-3 style) wins over the one inside.
+    "dynamic" (NTK) RoPE only changes the frequencies for sequences longer than `max_position_embeddings`,
+    which tinyinfer refuses anyway, so inside the context window it is plain RoPE.
+    """
+    params = dict(c.get("rope_scaling") or c.get("rope_parameters") or {})
+    theta = float(params.get("rope_theta") or c["rope_theta"])
     kind = params.get("rope_type", params.get("type", "default"))
-    if kind == "default":
+    if kind in ("default", "dynamic"):
         return theta, None
-    if kind not in ("linear", "llama3"):
+    if kind not in SCALED_ROPE_TYPES:
         raise TinyInferError(
-            f"config: rope scaling type {kind!r} is not supported (supported: default, linear, llama3)"
+            f"config.json: rope scaling type {kind!r} is not supported (supported: default, dynamic, "
+            f"{', '.join(SCALED_ROPE_TYPES)}); use a checkpoint whose rope_scaling/rope_parameters has one of them"
         )
     scaling = {k: v for k, v in params.items() if k not in ("rope_theta", "type")}
     scaling["rope_type"] = kind
-    scaling.setdefault("original_max_position_embeddings", c.get("max_position_embeddings"))
+    scaling["original_max_position_embeddings"] = c.get("original_max_position_embeddings") or params.get(
+        "original_max_position_embeddings") or c["max_position_embeddings"]
     return theta, scaling
 
 
+SCALED_ROPE_TYPES = ("linear", "llama3", "yarn")  # implemented in tinyinfer/rope.py
+
+
 def _activation(name: str) -> str:
-    names = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu_fast": "gelu_tanh",
-             "silu": "silu", "swish": "silu"}
-    if name not in names:
-        raise TinyInferError(f"config: activation {name!r} is not supported (supported: {', '.join(sorted(names))})")
-    return names[name]
+    """tinyinfer's name (tinyinfer/mlp.py ACTIVATIONS) for a transformers activation name."""
+    if name not in HF_ACTIVATIONS:
+        raise TinyInferError(f"config.json: activation {name!r} is not supported "
+                             f"(supported: {', '.join(sorted(HF_ACTIVATIONS))})")
+    return HF_ACTIVATIONS[name]
+
+
+# transformers' activation names (ACT2FN) -> tinyinfer's: several names are the same function
+HF_ACTIVATIONS = {
+    "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu_fast": "gelu_tanh", "gelu_accurate": "gelu_tanh",
+    "gelu": "gelu", "gelu_python": "gelu", "quick_gelu": "quick_gelu", "relu": "relu", "silu": "silu", "swish": "silu",
+}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -200,25 +240,48 @@ def _mixtral(c: dict) -> dict:
 
 
 def _qwen_moe(c: dict) -> dict:
-    """Qwen2-MoE (with a gated shared expert, q/k/v biases) and Qwen3-MoE (q/k norm per head, no bias).
+    """Qwen2-MoE (with a gated shared expert, q/k/v biases) and Qwen3-MoE (q/k norm per head).
     Layers in `mlp_only_layers`, or off the `decoder_sparse_step` grid, keep a dense MLP."""
-    n, step, dense = c["num_hidden_layers"], c.get("decoder_sparse_step", 1), set(c.get("mlp_only_layers") or [])
-    fields = _moe(c, moe_d_ff=c["moe_intermediate_size"], norm_topk_prob=c.get("norm_topk_prob", False),
-                  shared_expert_d_ff=c.get("shared_expert_intermediate_size") or 0,
-                  moe_layers=[i for i in range(n) if i not in dense and (i + 1) % step == 0])
-    if c["model_type"] == "qwen2_moe":
-        fields["qkv_bias"] = c.get("qkv_bias", True)  # older files leave it out: Qwen1.5-MoE always has them
-    fields["qk_norm"] = c["model_type"] == "qwen3_moe"
-    return fields
+    n, step, dense = c["num_hidden_layers"], c["decoder_sparse_step"], set(c["mlp_only_layers"] or [])
+    return _moe(c, moe_d_ff=c["moe_intermediate_size"], norm_topk_prob=c["norm_topk_prob"],
+                shared_expert_d_ff=c.get("shared_expert_intermediate_size") or 0,
+                moe_layers=[i for i in range(n) if i not in dense and (i + 1) % step == 0])
 
 
 def _olmoe(c: dict) -> dict:
     """OLMoE: q and k each pass one RMSNorm spanning the whole projection (all heads), before RoPE."""
     if c.get("clip_qkv") is not None:
         raise TinyInferError(f"config.json (olmoe): clip_qkv={c['clip_qkv']} is not supported; only clip_qkv null is")
-    return _moe(c, moe_d_ff=c["intermediate_size"], norm_topk_prob=c.get("norm_topk_prob", False),
-                qk_norm=True, qk_norm_span="full")
+    return _moe(c, moe_d_ff=c["intermediate_size"], norm_topk_prob=c["norm_topk_prob"], qk_norm=True,
+                qk_norm_span="full")
 
+
+# What transformers takes for a field that config.json leaves out: its config class's default. Files written by
+# older versions lack the fields added since (head_dim, attention_bias, mlp_bias, ...), and the defaults differ
+# between families (Mixtral's rope_theta is 1e6, Qwen3's head_dim 128, Mistral's window 4096), so each reader
+# sees these filled in. Checked against the classes by tests/test_config_variants.py.
+_LLAMA_LIKE = dict(max_position_embeddings=2048, rms_norm_eps=1e-6, hidden_act="silu", rope_theta=10000.0,
+                   tie_word_embeddings=False)
+_QWEN_WINDOW = dict(use_sliding_window=False, sliding_window=4096, max_window_layers=28)
+HF_DEFAULTS = {
+    "gpt2": dict(n_positions=1024, n_inner=None, layer_norm_epsilon=1e-5, activation_function="gelu_new",
+                 scale_attn_weights=True, scale_attn_by_inverse_layer_idx=False, tie_word_embeddings=True),
+    "llama": dict(_LLAMA_LIKE, attention_bias=False, mlp_bias=False),
+    "mistral": dict(_LLAMA_LIKE, max_position_embeddings=131072, num_key_value_heads=8, sliding_window=4096),
+    "qwen2": dict(_LLAMA_LIKE | _QWEN_WINDOW, max_position_embeddings=32768, num_key_value_heads=32),
+    "qwen3": dict(_LLAMA_LIKE | _QWEN_WINDOW, max_position_embeddings=32768, num_key_value_heads=32, head_dim=128,
+                  attention_bias=False),
+    "mixtral": dict(_LLAMA_LIKE, max_position_embeddings=131072, rms_norm_eps=1e-5, rope_theta=1e6,
+                    num_key_value_heads=8, sliding_window=None),
+    "qwen2_moe": dict(_LLAMA_LIKE | _QWEN_WINDOW, max_position_embeddings=32768, num_key_value_heads=16,
+                      qkv_bias=True, norm_topk_prob=False, decoder_sparse_step=1, mlp_only_layers=None,
+                      shared_expert_intermediate_size=5632),
+    "qwen3_moe": dict(_LLAMA_LIKE, max_position_embeddings=32768, num_key_value_heads=4, attention_bias=False,
+                      use_sliding_window=False, sliding_window=4096, norm_topk_prob=False, decoder_sparse_step=1,
+                      mlp_only_layers=None),
+    "olmoe": dict(_LLAMA_LIKE, max_position_embeddings=4096, rms_norm_eps=1e-5, attention_bias=False,
+                  norm_topk_prob=False, clip_qkv=None),
+}
 
 # model_type -> function translating its config.json into Config fields
 HF_CONFIG_READERS = {
@@ -246,7 +309,7 @@ def config_from_hf(c: dict) -> Config:
         raise TinyInferError(f"config.json: weights quantised with {method!r} are not supported; "
                              "use an fp32, fp16 or bf16 checkpoint of the model")
     try:
-        fields = HF_CONFIG_READERS[model_type](c)
+        fields = HF_CONFIG_READERS[model_type]({**HF_DEFAULTS[model_type], **c})
     except KeyError as e:
         raise TinyInferError(f"config.json ({model_type}): required field {e.args[0]!r} is missing") from e
     eos = c.get("eos_token_id")

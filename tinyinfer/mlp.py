@@ -1,6 +1,6 @@
 """The feed-forward sublayer: each token alone, through a wide hidden layer and back.
 
-GPT-2:  down(gelu(up(x)))                       d -> 4d -> d
+GPT-2:  down(gelu(up(x)))                       d -> 4d -> d   (some configs: exact GELU, quick GELU or ReLU)
 Llama:  down(silu(gate(x)) * up(x))  (SwiGLU)   d -> d_ff -> d, the gate decides what of `up` passes
 
     >>> import numpy as np
@@ -25,8 +25,47 @@ def gelu_tanh(x):
     return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)))  # x*x*x: faster than x**3
 
 
+def gelu(x):
+    """The exact GELU, x * P(N(0, 1) < x) = x/2 * erfc(-x / sqrt 2) (transformers' "gelu").
+
+    >>> round(float(gelu(np.float32(1.0))), 5)
+    0.84134
+    """
+    return 0.5 * x * erfc(-x * np.float32(1 / math.sqrt(2.0)))
+
+
+def erfc(x):
+    """1 - erf(x), to a relative error below 1.2e-7 (float32's own rounding): the Chebyshev fit `erfcc` of
+    Numerical Recipes for x >= 0, and 2 - erfc(-x) below zero, so GELU's far negative tail (x/2 times a tiny
+    erfc) keeps its digits where 1 + erf(x) would cancel them away. NumPy has no erf of its own.
+
+    >>> [round(float(erfc(np.float32(v))), 6) for v in (-1.0, 0.0, 0.5, 3.0)]
+    [1.842701, 1.0, 0.4795, 2.2e-05]
+    """
+    coefficients = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806,
+                    0.27886807, -1.13520398, 1.48851587, -0.82215223, 0.17087277)
+    z = np.abs(x)
+    t = 1.0 / (1.0 + 0.5 * z)
+    polynomial = coefficients[-1]
+    for c in coefficients[-2::-1]:  # Horner's rule, highest power first
+        polynomial = c + t * polynomial
+    tail = t * np.exp(polynomial - z * z)  # erfc(|x|)
+    return np.where(x >= 0, tail, 2.0 - tail)
+
+
+def quick_gelu(x):
+    """x * sigmoid(1.702 x): a cheaper GELU (transformers' "quick_gelu", from CLIP)."""
+    return x / (1.0 + np.exp(-1.702 * x))
+
+
+def relu(x):
+    """max(x, 0)."""
+    return np.maximum(x, 0)
+
+
 # NumPy's ufuncs (np.exp, np.tanh) also run on CuPy arrays: CuPy implements __array_ufunc__.
-ACTIVATIONS = {"silu": silu, "gelu_tanh": gelu_tanh}
+# tinyinfer/config.py maps transformers' names (ACT2FN) onto these.
+ACTIVATIONS = {"silu": silu, "gelu_tanh": gelu_tanh, "gelu": gelu, "quick_gelu": quick_gelu, "relu": relu}
 
 
 def linear(x, params: dict, name: str):

@@ -6,7 +6,8 @@ only on their distance. tinyinfer uses the Hugging Face layout, where pair i is 
 ("rotate half"); llama2.c files pair neighbours (x[2i], x[2i+1]) and are permuted into this layout at load.
 
 Scaled variants stretch the frequencies so a model reaches past its training length:
-`linear` divides every frequency by `factor`; `llama3` divides only the low frequencies and blends between.
+`linear` divides every frequency by `factor`; `llama3` divides only the low frequencies and blends between;
+`yarn` does the same with a ramp over pair indices, and also scales q and k (`rope_attention_factor`).
 
 Everything is computed in float32, the way transformers computes it and so the way every checkpoint was
 trained: float64 angles would be "more exact" but drift from the model's own by ~position x 2^-24 radians,
@@ -26,11 +27,14 @@ import numpy as np
 def inv_frequencies(head_dim: int, theta: float, scaling: dict | None = None) -> np.ndarray:
     """The rotation speed of each coordinate pair, theta^(-2i/head_dim).  -> [head_dim / 2] float32"""
     exponents = np.arange(0, head_dim, 2).astype(np.float32) / np.float32(head_dim)  # [hd/2]
-    inv_freq = np.float32(1.0) / (theta ** exponents.astype(np.float64)).astype(np.float32)  # [hd/2]
+    periods = (theta ** exponents.astype(np.float64)).astype(np.float32)  # [hd/2]: theta^(2i/hd)
+    inv_freq = np.float32(1.0) / periods  # [hd/2]
     if scaling is None:
         return inv_freq
     if scaling["rope_type"] == "linear":
         return inv_freq / scaling["factor"]
+    if scaling["rope_type"] == "yarn":
+        return _yarn_scaled(inv_freq, periods, scaling, head_dim, theta)
     return _llama3_scaled(inv_freq, scaling)
 
 
@@ -44,6 +48,44 @@ def _llama3_scaled(inv_freq: np.ndarray, s: dict) -> np.ndarray:
     scaled = np.where(wavelength > old_context / low, inv_freq / factor, inv_freq)
     is_medium = (wavelength >= old_context / high) & (wavelength <= old_context / low)
     return np.where(is_medium, blended, scaled)
+
+
+def _yarn_scaled(inv_freq: np.ndarray, periods: np.ndarray, s: dict, head_dim: int, theta: float) -> np.ndarray:
+    """YaRN: like llama3, keep the fast pairs, divide the slow ones by `factor` and ramp in between, but the
+    ramp runs linearly over pair indices: from the pair turning `beta_fast` times over the original context
+    (kept) to the one turning `beta_slow` times (divided)."""
+    def pair_turning(rotations: float) -> float:  # the (fractional) pair index that turns `rotations` times
+        turns = s["original_max_position_embeddings"] / (rotations * 2 * math.pi)
+        return head_dim * math.log(turns) / (2 * math.log(theta))
+
+    low, high = pair_turning(s.get("beta_fast") or 32), pair_turning(s.get("beta_slow") or 1)
+    if s.get("truncate", True):
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, head_dim - 1)
+    ramp = (np.arange(head_dim // 2, dtype=np.float32) - low) / ((high - low) or 0.001)  # [hd/2]
+    divided = np.clip(ramp, 0, 1)  # 0: kept as is, 1: divided by factor
+    return np.float32(1.0) / (s["factor"] * periods) * divided + inv_freq * (1 - divided)
+
+
+def rope_attention_factor(scaling: dict | None) -> float:
+    """How much YaRN scales the rotated q and k (1.0 for every other kind): the file's `attention_factor`, or
+    0.1 ln(factor) + 1, or DeepSeek's ratio of two such terms when `mscale` and `mscale_all_dim` are given.
+
+    >>> round(rope_attention_factor({"rope_type": "yarn", "factor": 4.0}), 4)
+    1.1386
+    """
+    if scaling is None or scaling["rope_type"] != "yarn":
+        return 1.0
+    if scaling.get("attention_factor") is not None:
+        return scaling["attention_factor"]
+
+    def mscale(factor: float, m: float = 1.0) -> float:
+        return 1.0 if factor <= 1 else 0.1 * m * math.log(factor) + 1.0
+
+    factor = scaling["factor"]
+    if scaling.get("mscale") and scaling.get("mscale_all_dim"):
+        return mscale(factor, scaling["mscale"]) / mscale(factor, scaling["mscale_all_dim"])
+    return mscale(factor)
 
 
 def rope_angles(positions: np.ndarray, inv_freq: np.ndarray, dtype=np.float32) -> tuple[np.ndarray, np.ndarray]:
