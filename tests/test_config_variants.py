@@ -56,6 +56,7 @@ VARIANTS: dict[str, tuple[str, dict, dict]] = {
     "gpt2_quick_gelu": ("gpt2", {"activation_function": "quick_gelu"}, {"dialect": "old"}),
     "gpt2_pytorch_tanh": ("gpt2", {"activation_function": "gelu_pytorch_tanh", "layer_norm_epsilon": 1e-2}, {}),
     "gpt2_unscaled_by_layer": ("gpt2", {"scale_attn_weights": False, "scale_attn_by_inverse_layer_idx": True}, {}),
+    "gpt2_reorder_upcast": ("gpt2", {"reorder_and_upcast_attn": True, "scale_attn_by_inverse_layer_idx": True}, {}),
     "gpt2_bf16_sharded": ("gpt2", {"n_head": 6}, {"dtype": "bfloat16", "max_shard_size": "40KB"}),
     # Llama: head shapes, biases, norms, activations, every RoPE kind in both config spellings
     "llama_mqa_head_dim": ("llama", {"num_key_value_heads": 1, "head_dim": 20}, {}),
@@ -75,6 +76,11 @@ VARIANTS: dict[str, tuple[str, dict, dict]] = {
     "llama_rope_yarn_attention_factor": ("llama", {"rope_parameters": {**YARN, "attention_factor": 1.3, "truncate": False}}, {}),
     "llama_rope_dynamic": ("llama", {"rope_parameters": {"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0}},
                            {"dialect": "old", "rope_kind_key": "type"}),
+    "llama_rope_yarn_phi3_style": ("llama", {"rope_parameters": {**YARN, "original_max_position_embeddings": 64}},
+                                   {"edits": {"original_max_position_embeddings": 32}}),  # the top-level one wins
+    "llama_rope_yarn_no_original": ("llama", {"rope_parameters": YARN},  # then it is max_position_embeddings
+                                    {"dialect": "old", "edits": {"rope_scaling": {"type": "yarn", "factor": 2.0}}}),
+    "llama_three_heads_wide": ("llama", {"num_attention_heads": 3, "num_key_value_heads": 1, "head_dim": 24}, {}),
     "llama_window_field_ignored": ("llama", {}, {"edits": {"sliding_window": WINDOW}}),  # Llama has no window
     "llama_fp16_sharded_tied": ("llama", {"num_key_value_heads": 2, "tie_word_embeddings": True},
                                 {"dtype": "float16", "max_shard_size": "40KB"}),
@@ -101,6 +107,8 @@ VARIANTS: dict[str, tuple[str, dict, dict]] = {
     "mixtral_theta_left_out": ("mixtral", {}, {"dialect": "old", "drops": ["rope_theta", "rms_norm_eps"]}),
     "qwen2_moe_window_old": ("qwen2_moe", {"num_hidden_layers": 3, "use_sliding_window": True, "sliding_window": WINDOW,
                                            "max_window_layers": 2}, {"dialect": "old"}),
+    "qwen2_moe_window": ("qwen2_moe", {"num_hidden_layers": 3, "use_sliding_window": True, "sliding_window": WINDOW,
+                                       "max_window_layers": 3}, {}),
     "qwen2_moe_no_qkv_bias": ("qwen2_moe", {"qkv_bias": False}, {"edits": {"attention_bias": True}}),
     "qwen3_moe_window": ("qwen3_moe", {"use_sliding_window": True, "sliding_window": WINDOW},
                          {"edits": {"max_window_layers": 1}}),
@@ -156,6 +164,30 @@ def test_cached_decode_equals_full_recompute(name, checkpoint):
     chunk = wide.forward([SeqChunk(0, 6, ids[6:11])], cache, all_logits=True)  # [5, V]
     steps = [wide.forward([SeqChunk(0, pos, ids[pos:pos + 1])], cache) for pos in range(11, 20)]  # 9 x [1, V]
     np.testing.assert_allclose(np.concatenate([prefill, chunk, *steps]), wide.logits(ids), rtol=0, atol=CACHE_ATOL)
+
+
+@pytest.mark.parametrize("arch, fields", [
+    pytest.param("llama", {"rope_parameters": {**YARN, "original_max_position_embeddings": 64}}, id="llama_yarn"),
+    pytest.param("qwen3", {"rope_parameters": {**YARN, "attention_factor": 0.8}, "head_dim": 12, "use_sliding_window": True,
+                           "sliding_window": 100, "max_window_layers": 1}, id="qwen3_yarn_window"),
+])
+def test_logits_match_transformers_on_a_long_prompt(arch, fields, tmp_path):
+    """YaRN's frequencies and the window far from position 0 (test_parity_hf.py explains the float32 angles)."""
+    folder = make_tiny_models.build_tiny_checkpoint(arch, tmp_path / arch, max_position_embeddings=512, **fields)
+    ids = prompt_ids(300, seed=7)
+    np.testing.assert_allclose(tinyinfer.load(folder).logits(ids), hf_logits(folder, ids), rtol=0, atol=LOGITS_ATOL)
+
+
+@pytest.mark.parametrize("layer_types, message", [
+    (["full_attention"], "layer_types has 1 entries for 2 layers"),
+    (["full_attention", "chunked_attention"], "layer type 'chunked_attention' is not supported"),
+])
+def test_bad_layer_types_are_refused(layer_types, message):
+    config = {"model_type": "qwen2", "vocab_size": 300, "hidden_size": 48, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "intermediate_size": 96, "use_sliding_window": True, "sliding_window": 8,
+              "layer_types": layer_types}
+    with pytest.raises(TinyInferError, match=message):
+        config_from_hf(config)
 
 
 # What each variant guards against: a Config change that reproduces a mistake (the one tinyinfer made before,

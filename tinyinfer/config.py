@@ -66,6 +66,13 @@ class Config:
         if not self.layer_types:
             kind = "sliding_attention" if self.sliding_window else "full_attention"
             self.layer_types = [kind] * self.n_layers
+        if len(self.layer_types) != self.n_layers:
+            raise TinyInferError(f"config: layer_types has {len(self.layer_types)} entries for {self.n_layers} layers; "
+                                 "give one per layer (or leave layer_types out)")
+        unknown = sorted(set(self.layer_types) - {"full_attention", "sliding_attention"})
+        if unknown:
+            raise TinyInferError(f"config: layer type {unknown[0]!r} is not supported (supported: full_attention, "
+                                 "sliding_attention)")
         if self.n_heads % self.n_kv_heads:
             raise TinyInferError(
                 f"config: num_attention_heads={self.n_heads} is not a multiple of num_key_value_heads={self.n_kv_heads}"
