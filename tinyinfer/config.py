@@ -7,6 +7,9 @@ exist in the wild and both are accepted:
     older transformers / most Hub files:  "rope_theta": 10000.0, "rope_scaling": {...}, "torch_dtype": "bfloat16"
     transformers 5:                       "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}, "dtype": ...
 
+Each family is read as its transformers code reads it: a field the file leaves out takes that family's config
+class default (`HF_DEFAULTS`), and fields the architecture ignores stay ignored (`BIAS_FIELDS`, `_sliding`).
+
     >>> cfg = config_from_hf({"model_type": "llama", "vocab_size": 32, "hidden_size": 16,
     ...     "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 40})
     >>> cfg.head_dim, cfg.n_kv_heads, cfg.rope_theta

@@ -31,7 +31,7 @@ def gelu(x):
     >>> round(float(gelu(np.float32(1.0))), 5)
     0.84134
     """
-    return 0.5 * x * erfc(-x * np.float32(1 / math.sqrt(2.0)))
+    return 0.5 * x * erfc(-x * (1 / math.sqrt(2.0)))  # a Python float keeps x's dtype (float16 stays float16)
 
 
 def erfc(x):
