@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 from tinyinfer.errors import TinyInferError
+from tinyinfer.lora import check_adapter
 from tinyinfer.model import SeqChunk
 from tinyinfer.sampling import Sampler, SamplingParams, TokenChoice, sequence_rngs
 from tinyinfer.speculative import SpeculationStats, check_draft, speculative_tokens
@@ -79,9 +80,10 @@ class GenerationResult:
 class GenerationStream:
     """Iterate to get the text as it is produced; `.result` holds the GenerationResult once done."""
 
-    def __init__(self, model, prompt_ids: list[int], sampler: Sampler, draft=None, num_speculative_tokens: int = 4):
+    def __init__(self, model, prompt_ids: list[int], sampler: Sampler, draft=None, num_speculative_tokens: int = 4,
+                 lora: str | None = None):
         self.result: GenerationResult | None = None
-        self._pieces = _run(model, prompt_ids, sampler, self, draft, num_speculative_tokens)
+        self._pieces = _run(model, prompt_ids, sampler, self, draft, num_speculative_tokens, lora)
 
     def __iter__(self) -> Iterator[str]:
         return self._pieces
@@ -120,8 +122,10 @@ def check_fits(model, n_prompt: int, max_tokens: int) -> None:
         )
 
 
-def generate_tokens(model, prompt_ids: list[int], sampler: Sampler, timings: Timings) -> Iterator[TokenChoice]:
+def generate_tokens(model, prompt_ids: list[int], sampler: Sampler, timings: Timings,
+                    lora: str | None = None) -> Iterator[TokenChoice]:
     """The bare loop: prefill once, then one decode step per token; yields each sampled TokenChoice.
+    Every chunk names the LoRA adapter `lora` (None: the plain model).
 
     The caller decides when to stop (it simply stops iterating); at most `max_tokens` tokens are produced.
     """
@@ -129,7 +133,7 @@ def generate_tokens(model, prompt_ids: list[int], sampler: Sampler, timings: Tim
     max_tokens = sampler.params.max_tokens
     cache = model.new_cache(max_seqs=1, max_len=len(prompt_ids) + max_tokens)
     start = time.perf_counter()
-    logits = model.forward([SeqChunk(0, 0, prompt_ids)], cache)  # prefill: [1, V]
+    logits = model.forward([SeqChunk(0, 0, prompt_ids, lora)], cache)  # prefill: [1, V]
     position = len(prompt_ids)
     for step in range(max_tokens):
         choice = sampler.sample(logits[0])
@@ -138,7 +142,7 @@ def generate_tokens(model, prompt_ids: list[int], sampler: Sampler, timings: Tim
         if step + 1 == max_tokens:
             return
         start = time.perf_counter()
-        logits = model.forward([SeqChunk(0, position, [choice.token_id])], cache)  # decode: [1, V]
+        logits = model.forward([SeqChunk(0, position, [choice.token_id], lora)], cache)  # decode: [1, V]
         position += 1
     # END EXERCISE 5.2
 
@@ -159,12 +163,13 @@ def stop_ids(model, params: SamplingParams) -> set[int]:
     return ids
 
 
-def _run(model, prompt_ids: list[int], sampler: Sampler, out: GenerationStream, draft, k: int) -> Iterator[str]:
+def _run(model, prompt_ids: list[int], sampler: Sampler, out: GenerationStream, draft, k: int,
+         lora: str | None) -> Iterator[str]:
     params = sampler.params
     timings = Timings()
     speculation = None if draft is None else SpeculationStats()
     if draft is None:
-        picks = generate_tokens(model, prompt_ids, sampler, timings)
+        picks = generate_tokens(model, prompt_ids, sampler, timings, lora)
     else:
         picks = speculative_tokens(model, draft, prompt_ids, sampler, k, timings, speculation)
     enders = stop_ids(model, params)
@@ -208,7 +213,8 @@ def _detokenizer(model):
 
 
 def generate(model, prompt, params: SamplingParams | None = None, *, stream: bool = False, constraint=None,
-             add_special_tokens: bool = True, draft=None, num_speculative_tokens: int = 4, **overrides):
+             add_special_tokens: bool = True, draft=None, num_speculative_tokens: int = 4, lora: str | None = None,
+             **overrides):
     """Generate a continuation of `prompt` (text or token ids).
 
     `params` is a SamplingParams, or give its fields as keywords (max_tokens=50, temperature=0, seed=1, ...);
@@ -225,20 +231,26 @@ def generate(model, prompt, params: SamplingParams | None = None, *, stream: boo
     `num_speculative_tokens` tokens per round and the model checks them in one pass (tinyinfer/speculative.py).
     The tokens follow the same distribution (at temperature 0: the very same tokens); the result's
     `.speculation` says how many guesses were kept.
+
+    `lora`: the name of a LoRA adapter loaded on the model with `tinyinfer.lora.load_adapter`.
     """
     params = resolve_params(model, params, overrides)
     prompt_ids = encode_prompt(model, prompt, add_special_tokens)
     check_fits(model, len(prompt_ids), params.max_tokens)
     if params.stop and model.tokenizer is None:
         raise TinyInferError("stop strings need the model's tokenizer to read the text: use stop_token_ids instead")
+    check_adapter(model, lora)
     if draft is not None:
+        if lora is not None:
+            raise TinyInferError("speculative decoding with a LoRA adapter is not supported (the draft model has no "
+                                 "adapter): drop the draft, or merge the adapter into the model first")
         check_draft(model, draft, constraint, len(prompt_ids) + params.max_tokens)
         if not isinstance(num_speculative_tokens, int) or isinstance(num_speculative_tokens, bool) or num_speculative_tokens < 1:
             raise TinyInferError(f"num_speculative_tokens={num_speculative_tokens!r} (--speculate) is invalid: give an integer >= 1")
     make_constraint = _constraint_factory(constraint, params.n)
     streams = [
         GenerationStream(model, prompt_ids, Sampler(params, prompt_ids, make_constraint(), rng, model.vocab_limit),
-                         draft, num_speculative_tokens)
+                         draft, num_speculative_tokens, lora)
         for rng in sequence_rngs(params.seed, params.n)
     ]
     if not stream:

@@ -42,6 +42,7 @@ class SeqChunk:
     seq_id: int
     start: int
     tokens: list[int]
+    adapter: str | None = None  # the LoRA adapter the sequence asked for (tinyinfer/lora.py), if any
 
 
 @dataclass
@@ -70,6 +71,7 @@ class Model:
         self.inv_freq = inv_frequencies(config.head_dim, config.rope_theta, config.rope_scaling)
         self.expert_load = None  # filled by Mixture-of-Experts layers when routing statistics are asked for
         self.quantization = None  # the Scheme its weights were quantised with (tinyinfer/quantize.py), if any
+        self.adapters = None  # the LoRA adapters loaded on its weights (tinyinfer/lora.py), if any
 
     # -- the forward pass ----------------------------------------------------------------------------------
 
@@ -83,6 +85,8 @@ class Model:
         if cfg.position == "learned":
             x = x + p["pos_embed"][to_device(positions, self.device)]  # GPT-2 adds a learned position vector
         rope = self._rope(positions) if cfg.position == "rope" else None
+        if self.adapters is not None:
+            self.adapters.route(chunks)  # which rows take which LoRA adapter, in every layer of this pass
         plan = self._plan_attention(chunks, cache)
         for i, layer in enumerate(p["layers"]):
             h = apply_norm(x, layer["attn_norm"], cfg.norm, cfg.norm_eps)

@@ -28,8 +28,9 @@ from collections import OrderedDict
 from tinyinfer.errors import TinyInferError
 
 
-def block_hash(previous: int | None, token_ids) -> int:
-    """The name of a full block: a hash of the previous block's name and this block's tokens.
+def block_hash(previous: int | str | None, token_ids) -> int:
+    """The name of a full block: a hash of the previous block's name (for a first block: None, or the
+    sequence's LoRA adapter) and this block's tokens.
 
     Chaining makes the name depend on the whole prefix, not only on this block's tokens:
 
@@ -39,14 +40,16 @@ def block_hash(previous: int | None, token_ids) -> int:
     return hash((previous, tuple(token_ids)))
 
 
-def prefix_hashes(token_ids: list[int], block_size: int) -> list[int]:
-    """The names of the full blocks of a token sequence (a trailing partial block has none).
+def prefix_hashes(token_ids: list[int], block_size: int, adapter: str | None = None) -> list[int]:
+    """The names of the full blocks of a token sequence (a trailing partial block has none). The first block's
+    "previous" is the sequence's LoRA adapter (tinyinfer/lora.py), None without: under another adapter the
+    same tokens have other keys and values, so their blocks must have other names.
 
     >>> len(prefix_hashes(list(range(10)), 4))  # blocks [0..3], [4..7]; [8, 9] is not full
     2
     """
     # BEGIN EXERCISE 9.1: chained hashes of the full blocks of a sequence
-    hashes, previous = [], None
+    hashes, previous = [], adapter
     for start in range(0, len(token_ids) - block_size + 1, block_size):
         previous = block_hash(previous, token_ids[start:start + block_size])
         hashes.append(previous)

@@ -30,6 +30,7 @@ from tinyinfer.engine.scheduler import Scheduler, SchedulerConfig
 from tinyinfer.engine.sequence import RequestMetrics, Sequence, Status
 from tinyinfer.errors import TinyInferError
 from tinyinfer.generation import check_fits, encode_prompt, resolve_params, stop_ids
+from tinyinfer.lora import check_adapter
 from tinyinfer.sampling import Sampler, SamplingParams, sequence_rngs
 from tinyinfer.stopping import StopMatcher
 
@@ -108,8 +109,9 @@ class LLM:
     # -- streaming API --------------------------------------------------------------------------------------
 
     def add_request(self, prompt, params: SamplingParams | None = None, request_id: str | None = None,
-                    arrival: float | None = None, **overrides) -> str:
+                    arrival: float | None = None, lora: str | None = None, **overrides) -> str:
         """Queue a request (text or token ids); returns its id. Bad input raises here and queues nothing.
+        `lora`: the name of a LoRA adapter loaded on the model (tinyinfer/lora.py) for this request.
 
         With n > 1 the request runs as n sequences; sample i draws from generator i of the request's seed,
         exactly as `model.generate` does, so each equals its solo run. `arrival` (a time.perf_counter value)
@@ -119,13 +121,14 @@ class LLM:
         prompt_ids = encode_prompt(self.model, prompt)
         check_fits(self.model, len(prompt_ids), params.max_tokens)
         self._check_fits_pool(len(prompt_ids), params.max_tokens)
+        check_adapter(self.model, lora)
         if params.stop and self.model.tokenizer is None:
             raise TinyInferError("stop strings need the model's tokenizer to read the text: use stop_token_ids instead")
         request_id = self._free_request_id() if request_id is None else str(request_id)
         if request_id in self.requests:
             raise TinyInferError(f"request id {request_id!r} is already in use: give each request its own id")
         arrival = time.perf_counter() if arrival is None else arrival
-        samples = [self._new_sequence(request_id, i, prompt_ids, params, rng, arrival)
+        samples = [self._new_sequence(request_id, i, prompt_ids, params, rng, arrival, lora)
                    for i, rng in enumerate(sequence_rngs(params.seed, params.n))]
         self.requests[request_id] = samples
         for seq in samples:
@@ -164,14 +167,16 @@ class LLM:
     # -- offline API ------------------------------------------------------------------------------------------
 
     def generate(self, prompts, sampling_params: SamplingParams | list[SamplingParams] | None = None,
-                 **overrides) -> list:
+                 lora: str | list[str | None] | None = None, **overrides) -> list:
         """Run a batch of prompts to completion. One result per prompt, in order: a RequestOutput, or with
-        n > 1 a list of n (as `model.generate` returns them)."""
+        n > 1 a list of n (as `model.generate` returns them). `lora`: one adapter name for all, or one each."""
         prompts = [prompts] if isinstance(prompts, str) else list(prompts)
         params = sampling_params if isinstance(sampling_params, list) else [sampling_params] * len(prompts)
-        if len(params) != len(prompts):
-            raise TinyInferError(f"{len(params)} SamplingParams for {len(prompts)} prompts: give one, or one each")
-        ids = [self.add_request(prompt, p, **overrides) for prompt, p in zip(prompts, params)]
+        adapters = lora if isinstance(lora, list) else [lora] * len(prompts)
+        if len(params) != len(prompts) or len(adapters) != len(prompts):
+            raise TinyInferError(f"{len(params)} SamplingParams and {len(adapters)} adapters for {len(prompts)} "
+                                 "prompts: give one, or one each")
+        ids = [self.add_request(prompt, p, lora=a, **overrides) for prompt, p, a in zip(prompts, params, adapters)]
         finished: dict[str, dict[int, RequestOutput]] = {rid: {} for rid in ids}
         while self.has_unfinished():
             for out in self.step():
@@ -206,9 +211,9 @@ class LLM:
         return request_id
 
     def _new_sequence(self, request_id: str, index: int, prompt_ids: list[int], params: SamplingParams, rng,
-                      arrival: float) -> Sequence:
+                      arrival: float, lora: str | None) -> Sequence:
         seq = Sequence(request_id, next(self._seq_ids), prompt_ids, params, Sampler(params, prompt_ids, rng=rng, vocab_limit=self.model.vocab_limit),
-                       stop_ids(self.model, params), RequestMetrics(arrival), index=index)
+                       stop_ids(self.model, params), RequestMetrics(arrival), index=index, lora=lora)
         if self.model.tokenizer is not None:  # text, shown as whole characters and cut before a stop string
             from tinyinfer.tokenizer import StreamingDetokenizer  # noqa: PLC0415 - models without one skip it
 

@@ -65,8 +65,8 @@ class Batch:
 
     @property
     def chunks(self) -> list[SeqChunk]:
-        return [SeqChunk(s.seq_id, s.num_computed, s.tokens[s.num_computed:s.num_computed + n]) if n else
-                SeqChunk(s.seq_id, s.num_computed - 1, s.tokens[s.num_computed - 1:s.num_computed])
+        return [SeqChunk(s.seq_id, s.num_computed, s.tokens[s.num_computed:s.num_computed + n], s.lora) if n else
+                SeqChunk(s.seq_id, s.num_computed - 1, s.tokens[s.num_computed - 1:s.num_computed], s.lora)
                 for s, n in zip(self.sequences, self.num_new)]
 
     @property
@@ -194,7 +194,7 @@ class Scheduler:
         """
         if not self.config.prefix_caching:
             return []
-        names = prefix_hashes(seq.tokens[:seq.num_tokens - 1], self.block_size)
+        names = prefix_hashes(seq.tokens[:seq.num_tokens - 1], self.block_size, seq.lora)
         hits = []
         for name in names:
             if name not in self.allocator.cached:
@@ -219,8 +219,8 @@ class Scheduler:
         """Give each block that became full and computed in this step its name, so later requests find it."""
         table, bs = self.cache.tables[seq.seq_id], self.block_size
         full = seq.num_computed // bs
-        for i in range(len(seq.block_names), full):  # names depend only on tokens: computed once per sequence
-            previous = seq.block_names[-1] if seq.block_names else None
+        for i in range(len(seq.block_names), full):  # names depend only on tokens (and adapter): computed once
+            previous = seq.block_names[-1] if seq.block_names else seq.lora
             seq.block_names.append(block_hash(previous, seq.tokens[i * bs:(i + 1) * bs]))
         for i in range(computed_before // bs, full):
             self.allocator.register(table[i], seq.block_names[i])

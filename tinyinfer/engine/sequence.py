@@ -86,6 +86,7 @@ class Sequence:
     text: str = ""
     stop_token: int | None = None  # the EOS / stop token id that ended it (sampled, but not part of the output)
     block_names: list[int] = field(default_factory=list)  # prefix-cache names of its full, computed blocks
+    lora: str | None = None  # the LoRA adapter it runs with (tinyinfer/lora.py): part of its blocks' names
 
     @property
     def output_ids(self) -> list[int]:

@@ -1,0 +1,142 @@
+"""LoRA adapters (tinyinfer/lora.py) against the peft library on tiny random checkpoints, alone and mixed in a batch."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import tinyinfer
+from tinyinfer.engine import LLM
+from tinyinfer.errors import TinyInferError
+from tinyinfer.lora import load_adapter
+from tinyinfer.model import SeqChunk
+from tinyinfer.sampling import SamplingParams
+
+from tiny_models import hf_model, prompt_ids, tiny_checkpoint  # noqa: F401 - tiny_checkpoint is a fixture
+
+peft = pytest.importorskip("peft")
+
+LLAMA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def make_adapter(base_folder, out, seed: int, targets=None, **options):
+    """A PEFT LoRA adapter for the checkpoint in `base_folder`, with random A and B (B starts at zero when
+    trained, which would hide a wrong mapping), saved to `out`. Returns the peft model in float64: the reference."""
+    base = copy.deepcopy(hf_model(base_folder))
+    config = peft.LoraConfig(r=4, lora_alpha=8, target_modules=targets or LLAMA_TARGETS, **options)
+    model = peft.get_peft_model(base, config)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, tensor in model.named_parameters():
+            if "lora_" in name:
+                tensor.copy_(torch.randn(tensor.shape, generator=generator) * 0.2)
+    model.save_pretrained(out)
+    return model.double().eval()
+
+
+def peft_logits(model, ids: list[int]) -> np.ndarray:
+    with torch.no_grad():
+        return model(torch.tensor([ids])).logits[0].numpy()
+
+
+def assert_close_logits(ours, exact) -> None:
+    """Equal up to float32 rounding, which grows with the logits' scale (these adapters are strong, and peft's own
+    float32 run strays as far from its float64 one): within 2e-5 of the largest logit."""
+    np.testing.assert_allclose(ours, exact, atol=2e-5 * np.abs(exact).max())
+
+
+@pytest.fixture(scope="module")
+def llama(tiny_checkpoint, tmp_path_factory):
+    """The tiny GQA Llama with two adapters, "a" (every projection) and "b" (rsLoRA, per-module rank and alpha)."""
+    folder = tiny_checkpoint("llama_gqa")
+    root = tmp_path_factory.mktemp("adapters")
+    reference = {
+        "a": make_adapter(folder, root / "a", seed=1),
+        "b": make_adapter(folder, root / "b", seed=2, targets=["q_proj", "v_proj", "down_proj"], use_rslora=True,
+                          rank_pattern={"v_proj": 2}, alpha_pattern={"down_proj": 3}),
+    }
+    model = tinyinfer.load(folder)
+    for name in reference:
+        load_adapter(model, name, root / name)
+    return model, reference, folder, root
+
+
+@pytest.mark.exercise("13.1")
+def test_adapters_match_peft_and_leave_the_base_unchanged(llama):
+    model, reference, folder, _ = llama
+    ids = prompt_ids(20)
+    for name, peft_model in reference.items():
+        ours = model.forward([SeqChunk(0, 0, ids, name)], model.new_cache(), all_logits=True)
+        assert_close_logits(ours, peft_logits(peft_model, ids))
+    np.testing.assert_allclose(model.logits(ids), peft_logits(hf_model(folder), ids), atol=1e-4)  # no adapter
+
+
+def test_rows_of_different_adapters_in_one_forward_pass(llama):
+    """A batch mixing adapters (and the plain base) gives each sequence what it gets alone."""
+    model, _, _, _ = llama
+    prompts = [prompt_ids(12, seed=s) for s in range(3)]
+    adapters = ["b", None, "a"]
+    cache = model.new_cache(3)
+    together = model.forward([SeqChunk(i, 0, p, a) for i, (p, a) in enumerate(zip(prompts, adapters))], cache)
+    for i, (p, a) in enumerate(zip(prompts, adapters)):
+        alone = model.forward([SeqChunk(0, 0, p, a)], model.new_cache())
+        np.testing.assert_allclose(together[i], alone[0], atol=1e-5)
+
+
+def test_generate_and_the_engine_follow_each_requests_adapter(llama):
+    """Greedy continuations: model.generate(lora=...) equals peft's; the engine gives each request its solo output
+    in a batch of mixed adapters; and the prefix cache reuses a prompt's blocks only under the same adapter
+    (under another one the same tokens have other keys and values)."""
+    model, reference, _, _ = llama
+    ids = prompt_ids(40, seed=7)
+    solo = {name: model.generate(ids, max_tokens=8, temperature=0, ignore_eos=True, lora=name).token_ids
+            for name in ("a", "b", None)}
+    with torch.no_grad():
+        want = reference["a"].generate(input_ids=torch.tensor([ids]), do_sample=False, max_new_tokens=8,
+                                       eos_token_id=None, pad_token_id=0)[0, len(ids):].tolist()
+    assert solo["a"] == want
+    assert len({tuple(t) for t in solo.values()}) == 3  # the adapters really change the output
+    llm = LLM(model, block_size=4)
+    params = SamplingParams(max_tokens=8, temperature=0, ignore_eos=True)
+    first = llm.generate([ids], params, lora="a")  # fills the prefix cache with adapter a's blocks
+    names = ["b", None, "a"]
+    served = llm.generate([ids] * 3, params, lora=names)
+    assert [r.token_ids for r in first + served] == [solo[name] for name in ["a"] + names]
+    assert [r.metrics.cached_prompt_tokens for r in served] == [0, 0, 36]  # 9 full blocks of 4, only for a
+
+
+def test_gpt2_conv1d_adapter_matches_peft(tiny_checkpoint, tmp_path):
+    folder = tiny_checkpoint("gpt2")
+    reference = make_adapter(folder, tmp_path / "g", seed=3, targets=["c_attn", "c_proj", "c_fc"], fan_in_fan_out=True)
+    model = tinyinfer.load(folder)
+    load_adapter(model, "g", tmp_path / "g")
+    ids = prompt_ids(16)
+    assert_close_logits(model.forward([SeqChunk(0, 0, ids, "g")], model.new_cache(), all_logits=True),
+                        peft_logits(reference, ids))
+
+
+def test_bad_adapters_are_clear_errors(llama, tiny_checkpoint, tmp_path):
+    model, _, _, root = llama
+    with pytest.raises(TinyInferError, match="no LoRA adapter named 'c'"):
+        model.generate([5, 6], max_tokens=2, lora="c")
+    with pytest.raises(TinyInferError, match="already loaded"):
+        load_adapter(model, "a", root / "a")
+    with pytest.raises(TinyInferError, match="no adapter_config.json"):
+        load_adapter(model, "x", tmp_path)
+    make_adapter(tiny_checkpoint("llama_head_dim"), tmp_path / "other", seed=4)  # another model's shapes
+    with pytest.raises(TinyInferError, match="trained on another model"):
+        load_adapter(model, "other", tmp_path / "other")
+    dora = tmp_path / "dora"
+    dora.mkdir()
+    config = json.loads((root / "a" / "adapter_config.json").read_text()) | {"use_dora": True}
+    (dora / "adapter_config.json").write_text(json.dumps(config))
+    with pytest.raises(TinyInferError, match="use_dora"):
+        load_adapter(model, "dora", dora)
+    assert model.adapters.names == ["a", "b"]  # nothing half-loaded
+    head = make_adapter(tiny_checkpoint("llama_gqa"), tmp_path / "head", seed=5, targets=["lm_head"])
+    with pytest.raises(TinyInferError, match="lm_head"):
+        load_adapter(model, "head", tmp_path / "head")

@@ -1,0 +1,300 @@
+"""LoRA adapters: many fine-tunes of one model at once, chosen per request (multi-LoRA serving).
+
+Fine-tuning changes every weight matrix a little. LoRA (low-rank adaptation) trains that change as the
+product of two thin matrices, so a fine-tune is a small file beside the base model:
+
+    W' = W + s * B @ A        A: [r, in], B: [out, r], r small (4-64);  s = alpha / r  (alpha / sqrt(r): rsLoRA)
+
+An adapter holds r * (in + out) numbers per matrix instead of in * out: on a 4096 x 4096 projection with
+r = 16, 131,072 numbers instead of 16.8 million (0.8%).
+
+Merging (computing W' once) serves one fine-tune at no cost. Keeping the adapters apart serves all of them
+with one copy of the base weights, and requests of different adapters share a batch: every row takes the
+base product, and the rows of each adapter add their own low-rank term, two thin products on those rows only:
+
+    x @ W'.T-layout  =  x @ W  +  s * (x @ A.T) @ B.T      [n, in] @ [in, r] -> [n, r] @ [r, out] -> [n, out]
+
+That is what this module does. `LoraWeight` stands wherever the model reads a targeted weight (`x @ w` calls
+its `__rmatmul__`, so the model code is unchanged), and `AdapterSet` knows, for the forward pass running now,
+which rows use which adapter: `Model.forward` hands it the chunks, each naming its sequence's adapter.
+
+    model = tinyinfer.load("path/to/base")
+    load_adapter(model, "sql", "path/to/sql-adapter")          # any number of them, each under a name
+    model.generate("SELECT", lora="sql")
+    llm = LLM(model); llm.add_request(prompt, params, lora="sql")  # mixed adapters in one batch
+
+Files: the PEFT layout Hugging Face uses, a folder with adapter_config.json (r, lora_alpha, use_rslora,
+rank_pattern, alpha_pattern, ...) and adapter_model.safetensors, whose tensors are named
+`base_model.model.<module>.lora_A.weight` [r, in] and `...lora_B.weight` [out, r]. Supported modules: the
+attention and MLP projections of the dense architectures (q/k/v/o, gate/up/down; GPT-2's c_attn, c_proj,
+c_fc). Options that change the math otherwise (DoRA, trained biases, extra trained modules) are refused.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from tinyinfer.backend import to_device
+from tinyinfer.errors import TinyInferError
+from tinyinfer.safetensors_io import Checkpoint
+
+
+@dataclass
+class LoraUpdate:
+    """One adapter's update of some output columns of one weight: (x @ a) @ b * scale lands on y[:, columns]."""
+
+    columns: slice  # of the weight's outputs (q, k and v are stacked in one matrix, each has its own update)
+    a: object  # [in, r]  (A transposed)
+    b: object  # [r, width]  (B transposed)
+    scale: float
+
+
+class AdapterSet:
+    """The adapters loaded on a model, and which rows of the running forward pass use which of them."""
+
+    def __init__(self):
+        self.names: list[str] = []
+        self.rows: list[tuple[str, np.ndarray]] = []  # (adapter, row indices) for the forward pass running now
+
+    def route(self, chunks) -> None:
+        """Called by `Model.forward` with its chunks: the rows (tokens) of each chunk use its `adapter`.
+
+        >>> from tinyinfer.model import SeqChunk
+        >>> adapters = AdapterSet(); adapters.names = ["a", "b"]
+        >>> adapters.route([SeqChunk(0, 0, [5, 6], "b"), SeqChunk(1, 0, [7]), SeqChunk(2, 4, [8], "b")])
+        >>> [(name, rows.tolist()) for name, rows in adapters.rows]
+        [('b', [0, 1, 3])]
+        """
+        rows: dict[str, list[int]] = {}
+        first = 0
+        for chunk in chunks:
+            if chunk.adapter is not None:
+                self.check(chunk.adapter)
+                rows.setdefault(chunk.adapter, []).extend(range(first, first + len(chunk.tokens)))
+            first += len(chunk.tokens)
+        self.rows = [(name, np.asarray(ids)) for name, ids in rows.items()]
+
+    def check(self, name: str) -> None:
+        if name not in self.names:
+            raise TinyInferError(f"no LoRA adapter named {name!r} is loaded (loaded: {', '.join(self.names) or 'none'}); "
+                                 "load it first with tinyinfer.lora.load_adapter(model, name, folder)")
+
+
+def check_adapter(model, name: str | None) -> None:
+    """Refuse a request for an adapter the model does not have (None: no adapter, always fine)."""
+    if name is not None:
+        (model.adapters or AdapterSet()).check(name)
+
+
+class LoraWeight:
+    """A base weight [in, out] and the LoRA updates of every loaded adapter. `x @ w` is x @ base, plus on the
+    rows routed to each adapter that adapter's low-rank updates."""
+
+    __array_ufunc__ = None  # NumPy and CuPy: `x @ w` must not turn w into an array; it calls w.__rmatmul__(x)
+    ndim = 2
+
+    def __init__(self, base, adapters: AdapterSet):
+        self.base = base  # an array, or a QuantizedWeight
+        self.adapters = adapters
+        self.updates: dict[str, list[LoraUpdate]] = {}  # adapter name -> its updates of this weight
+        self.shape = tuple(base.shape)
+
+    def __rmatmul__(self, x):
+        y = x @ self.base  # [T, in] @ [in, out] -> [T, out]: the shared product, one for every row
+        for name, rows in self.adapters.rows:
+            for update in self.updates.get(name, ()):
+                y[rows, update.columns] += lora_delta(x[rows], update)  # [n, width]
+        return y
+
+    @property
+    def size(self) -> int:
+        return self.base.size
+
+    @property
+    def nbytes(self) -> int:
+        return self.base.nbytes
+
+    @property
+    def dtype(self):
+        return self.base.dtype
+
+
+def lora_delta(x, update: LoraUpdate):
+    """What one adapter adds to x's product with one weight: s * (x @ A.T) @ B.T, through the rank-r bottleneck.
+
+    >>> update = LoraUpdate(slice(None), a=np.ones((3, 1)), b=np.array([[1.0, -1.0]]), scale=0.5)
+    >>> lora_delta(np.array([[1.0, 2.0, 3.0]]), update)  # 0.5 * (1 + 2 + 3) * [1, -1]
+    array([[ 3., -3.]])
+    """
+    # BEGIN EXERCISE 13.1: the low-rank update of a batch of rows
+    return (x @ update.a) @ update.b * update.scale  # [n, in] @ [in, r] -> [n, r] @ [r, width] -> [n, width]
+    # END EXERCISE 13.1
+
+
+# -- reading PEFT adapters ---------------------------------------------------------------------------------------
+
+REFUSED_OPTIONS = {  # config key -> why its adapters cannot be applied as W + s * B @ A
+    "use_dora": "DoRA also rescales each weight's columns",
+    "lora_bias": "it trains a bias for lora_B",
+    "modules_to_save": "it replaces whole modules with trained copies",
+}
+
+
+def load_adapter(model, name: str, folder) -> None:
+    """Load the PEFT LoRA adapter in `folder` onto `model` under `name`; requests then ask for it by name.
+
+    The base weights are never copied: each targeted weight becomes a LoraWeight holding the base array.
+    """
+    folder = Path(folder)
+    if model.adapters is not None and name in model.adapters.names:
+        raise TinyInferError(f"an adapter named {name!r} is already loaded on this model: choose another name")
+    config = _adapter_config(folder)
+    tensors = _adapter_tensors(folder)
+    updates = [_update(model, module, config, tensors, pair) for module, pair in _pairs(tensors.names()).items()]
+    model.adapters = model.adapters or AdapterSet()  # every file read and checked: now change the model
+    for place, update in updates:
+        _lora_weight(model, place).updates.setdefault(name, []).append(update)
+    model.adapters.names.append(name)
+
+
+def _adapter_config(folder: Path) -> dict:
+    path = folder / "adapter_config.json"
+    if not path.exists():
+        raise TinyInferError(f"{folder} has no adapter_config.json: pass the folder a PEFT LoRA adapter was saved to")
+    try:
+        config = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise TinyInferError(f"{path} is not valid JSON ({e}); re-save the adapter") from None
+    if not isinstance(config, dict) or str(config.get("peft_type", "LORA")).upper() != "LORA":
+        raise TinyInferError(f"{path} is not a LoRA adapter (peft_type {config.get('peft_type')!r}); "
+                             "only LoRA adapters are supported")
+    for key, why in REFUSED_OPTIONS.items():
+        if config.get(key):
+            raise TinyInferError(f"{path} sets {key}={config[key]!r}, which tinyinfer does not support ({why}): "
+                                 "merge the adapter into the model with peft and load the merged model instead")
+    if config.get("bias", "none") != "none":
+        raise TinyInferError(f"{path} sets bias={config['bias']!r}: the adapter trains biases, which tinyinfer does "
+                             "not apply; merge it with peft and load the merged model instead")
+    return config
+
+
+def _adapter_tensors(folder: Path) -> Checkpoint:
+    path = folder / "adapter_model.safetensors"
+    if not path.exists():
+        pickled = " (adapter_model.bin is a PyTorch pickle, which tinyinfer never unpickles: re-save it with " \
+                  "safe_serialization=True)" if (folder / "adapter_model.bin").exists() else ""
+        raise TinyInferError(f"{folder} has no adapter_model.safetensors{pickled}")
+    return Checkpoint(path)
+
+
+def _pairs(names: list[str]) -> dict[str, dict[str, str]]:
+    """Tensor names grouped by the module they adapt: {module: {"A": name, "B": name}}.
+
+    >>> _pairs(["base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight",
+    ...         "base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight"])
+    {'model.layers.0.self_attn.q_proj': {'A': 'base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight', 'B': 'base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight'}}
+    """
+    pairs: dict[str, dict[str, str]] = {}
+    for name in names:
+        match = re.fullmatch(r"(?:base_model\.model\.)?(.+)\.lora_([AB])(?:\.[^.]+)?\.weight", name)
+        if match is None:
+            raise TinyInferError(f"adapter tensor {name!r} is not a LoRA A or B matrix (embedding adapters and "
+                                 "trained copies of modules are not supported)")
+        pairs.setdefault(match[1], {})[match[2]] = name
+    for module, pair in pairs.items():
+        if set(pair) != {"A", "B"}:
+            raise TinyInferError(f"adapter module {module!r} has lora_{'A' if 'A' in pair else 'B'} but not its "
+                                 "partner; the adapter file is incomplete")
+    return pairs
+
+
+# module name (after the PEFT prefix) -> (layer index, path to the weight in the layer, which of q/k/v or None)
+MODULE_PATTERNS = [
+    (r"(?:model\.)?layers\.(\d+)\.self_attn\.([qkv])_proj", lambda i, p: (i, ("qkv",), p)),
+    (r"(?:model\.)?layers\.(\d+)\.self_attn\.o_proj", lambda i: (i, ("o",), None)),
+    (r"(?:model\.)?layers\.(\d+)\.mlp\.(gate|up|down)_proj", lambda i, p: (i, ("mlp", p), None)),
+    (r"(?:transformer\.)?h\.(\d+)\.attn\.c_attn", lambda i: (i, ("qkv",), None)),
+    (r"(?:transformer\.)?h\.(\d+)\.attn\.c_proj", lambda i: (i, ("o",), None)),
+    (r"(?:transformer\.)?h\.(\d+)\.mlp\.c_fc", lambda i: (i, ("mlp", "up"), None)),
+    (r"(?:transformer\.)?h\.(\d+)\.mlp\.c_proj", lambda i: (i, ("mlp", "down"), None)),
+]
+
+
+def _target(model, module: str) -> tuple[int, tuple[str, ...], slice]:
+    """Where a PEFT module lives in tinyinfer's parameters: (layer, keys in the layer, output columns)."""
+    for pattern, place in MODULE_PATTERNS:
+        match = re.fullmatch(pattern, module)
+        if match is None:
+            continue
+        layer, keys, qkv_part = place(int(match[1]), *match.groups()[1:])
+        if layer >= model.config.n_layers or model.config.is_moe_layer(layer) and keys[0] == "mlp":
+            break
+        return layer, keys, _qkv_columns(model.config, qkv_part)
+    raise TinyInferError(f"the adapter targets {module!r}, which tinyinfer cannot adapt: supported are the "
+                         "attention and MLP projections of dense layers (q/k/v/o_proj, gate/up/down_proj; "
+                         "GPT-2's c_attn, c_proj, c_fc)")
+
+
+def _qkv_columns(cfg, part: str | None) -> slice:
+    """The output columns of q, k or v in the stacked qkv matrix [d, q_dim + 2 kv_dim]; None: all columns."""
+    q_dim, kv_dim = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
+    starts = {"q": (0, q_dim), "k": (q_dim, q_dim + kv_dim), "v": (q_dim + kv_dim, q_dim + 2 * kv_dim)}
+    return slice(*starts[part]) if part else slice(None)
+
+
+def _update(model, module: str, config: dict, tensors: Checkpoint, pair: dict) -> tuple[tuple, LoraUpdate]:
+    """The LoraUpdate of one module, its A and B checked against the base weight's shape."""
+    layer, keys, columns = _target(model, module)
+    base = _layer_weight(model, layer, keys)
+    d_in, width = base.shape[0], len(range(*columns.indices(base.shape[1])))
+    a_shape, b_shape = tensors.shape(pair["A"]), tensors.shape(pair["B"])
+    r = a_shape[0]
+    for tensor, found, expected in ((pair["A"], a_shape, (r, d_in)), (pair["B"], b_shape, (width, r))):
+        if tuple(found) != expected:
+            raise TinyInferError(f"adapter tensor {tensor!r} has shape {list(found)}, expected {list(expected)} "
+                                 "for this base model: the adapter was trained on another model")
+    a = tensors.get(pair["A"], model.dtype).T  # [r, in] -> [in, r]
+    b = tensors.get(pair["B"], model.dtype).T  # [out, r] -> [r, out]
+    update = LoraUpdate(columns, to_device(np.ascontiguousarray(a), model.device),
+                        to_device(np.ascontiguousarray(b), model.device), _scale(config, module, r))
+    return (layer, keys), update
+
+
+def _scale(config: dict, module: str, r: int) -> float:
+    """alpha / r (alpha / sqrt(r) with use_rslora); alpha_pattern may set another alpha for some modules, matched
+    as PEFT does: a pattern matches a module name that ends with it.
+
+    >>> _scale({"lora_alpha": 16}, "model.layers.0.self_attn.q_proj", 8)
+    2.0
+    >>> _scale({"lora_alpha": 16, "alpha_pattern": {"q_proj": 4}, "use_rslora": True}, "x.q_proj", 4)
+    2.0
+    """
+    alpha = config.get("lora_alpha", 8)
+    for pattern, value in (config.get("alpha_pattern") or {}).items():
+        if re.fullmatch(rf"(.*\.)?{pattern}", module):
+            alpha = value
+    return alpha / (r**0.5 if config.get("use_rslora") else r)
+
+
+def _layer_weight(model, layer: int, keys: tuple[str, ...]):
+    """The weight at `keys` in layer `layer` (a LoraWeight's base if adapters are loaded there already)."""
+    weight = model.params["layers"][layer]
+    for key in keys:
+        weight = weight[key]
+    return weight.base if isinstance(weight, LoraWeight) else weight
+
+
+def _lora_weight(model, place: tuple[int, tuple[str, ...]]) -> LoraWeight:
+    """The LoraWeight at a place in the parameters, made (around the base weight) the first time."""
+    layer, keys = place
+    parent = model.params["layers"][layer]
+    for key in keys[:-1]:
+        parent = parent[key]
+    if not isinstance(parent[keys[-1]], LoraWeight):
+        parent[keys[-1]] = LoraWeight(parent[keys[-1]], model.adapters)
+    return parent[keys[-1]]
