@@ -20,6 +20,7 @@ from tinyinfer.tokenizer.byte_level import GPT2_SPLIT_PATTERN, to_byte_level
 # Rust's char::is_ascii_punctuation() or char::is_punctuation() (Unicode categories P*).
 PUNCTUATION = r"[!-/:-@\[-`{-~\p{P}]"
 NUMERIC = r"\p{N}"  # Rust's char::is_numeric(): categories Nd, Nl, No
+ONIG_WORD = r"\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\xb2\xb3\xb9\xbc-\xbe"  # Oniguruma's \w, as a class body
 
 
 def split_by_pattern(text: str, pattern: regex.Pattern, behavior: str, invert: bool = False) -> list[str]:
@@ -118,12 +119,47 @@ class Sequence:
         return pieces
 
 
+def onig_to_regex(pattern: str) -> str:
+    """Rewrite the one class where the reference's regex engine (Oniguruma) and the `regex` module differ.
+
+    Oniguruma's \\w is Alphabetic, Mark, Decimal_Number, Connector_Punctuation and the Latin-1 ²³¹¼½¾;
+    the `regex` module's \\w lacks those six and adds the joiners U+200C/U+200D, which glue emoji
+    sequences (👨‍👩‍👧) together. So \\w, and \\W outside a class, are spelled out:
+    onig_to_regex(r"\\w+|[^\\w\\s]+") -> r"[WORD]+|[^WORD\\s]+" with WORD the class above.
+    (\\W inside a class, which a union cannot spell, is left as it is.)
+    """
+    out, i, in_class = [], 0, False
+    while i < len(pattern):
+        two = pattern[i:i + 2]
+        if two == r"\w" or (two == r"\W" and not in_class):
+            complement = "^" if two == r"\W" else ""
+            out.append(ONIG_WORD if in_class else "[" + complement + ONIG_WORD + "]")
+            i += 2
+            continue
+        if two.startswith("\\") or (in_class and two == "[:"):  # an escape, or a POSIX class [:alpha:]
+            end = i + 2 if two.startswith("\\") else pattern.find(":]", i) + 2
+            end = end if end > i else len(pattern)
+            out.append(pattern[i:end])
+            i = end
+            continue
+        if pattern[i] == "[" and not in_class:
+            in_class = True
+            head = regex.match(r"\[\^?\]?", pattern[i:]).group()  # a ']' right at the start is a literal
+            out.append(head)
+            i += len(head)
+            continue
+        in_class = in_class and pattern[i] != "]"
+        out.append(pattern[i])
+        i += 1
+    return "".join(out)
+
+
 def compile_pattern(spec: dict) -> regex.Pattern:
     """A tokenizer.json pattern: {"String": "▁"} is literal, {"Regex": "\\s+"} a regular expression."""
     if "String" in spec:
         return regex.compile(regex.escape(spec["String"]))
     if "Regex" in spec:
-        return regex.compile(spec["Regex"])
+        return regex.compile(onig_to_regex(spec["Regex"]))
     raise TinyInferError(f"unknown pattern {spec!r} in tokenizer.json; expected {{'String': ...}} or {{'Regex': ...}}")
 
 
@@ -144,11 +180,17 @@ def build_pre_tokenizer(spec: dict | None):
     if kind == "Punctuation":
         return Split(regex.compile(PUNCTUATION), spec.get("behavior", "Isolated"))
     if kind == "Whitespace":
+        # written for Rust's regex crate, whose \w is the `regex` module's (not Oniguruma's, as in Split)
         return Split(regex.compile(r"\w+|[^\w\s]+"), "Removed", invert=True)
     if kind == "WhitespaceSplit":
         return Split(regex.compile(r"\s"), "Removed")
+    if kind == "BertPreTokenizer":  # words at whitespace, then every punctuation mark on its own
+        return Sequence([Split(regex.compile(r"\s"), "Removed"), Split(regex.compile(PUNCTUATION), "Isolated")])
+    if kind == "CharDelimiterSplit":
+        return Split(regex.compile(regex.escape(spec["delimiter"])), "Removed")
     if kind == "Metaspace":
         scheme = spec.get("prepend_scheme", "always" if spec.get("add_prefix_space", True) else "never")
         return Metaspace(spec.get("replacement", "▁"), scheme, spec.get("split", True))
     raise TinyInferError(f"tokenizer.json uses the pre-tokenizer {kind!r}, which tinyinfer does not implement "
-                         "(supported: ByteLevel, Split, Digits, Punctuation, Whitespace, WhitespaceSplit, Metaspace, Sequence)")
+                         "(supported: ByteLevel, Split, Digits, Punctuation, Whitespace, WhitespaceSplit, BertPreTokenizer, "
+                         "CharDelimiterSplit, Metaspace, Sequence)")
