@@ -120,8 +120,8 @@ def test_token_bytes_glue_into_the_decoded_text(pair):
     ("model", {"type": "Unigram", "vocab": [["a", 0.0]]}, "Unigram"),
     ("model", {"type": "WordPiece", "vocab": {"a": 0}}, "WordPiece"),
     ("normalizer", {"type": "Precompiled", "precompiled_charsmap": ""}, "Precompiled"),
-    ("pre_tokenizer", {"type": "BertPreTokenizer"}, "BertPreTokenizer"),
-    ("decoder", {"type": "WordPiece", "prefix": "##"}, "WordPiece"),
+    ("pre_tokenizer", {"type": "UnicodeScripts"}, "UnicodeScripts"),
+    ("decoder", {"type": "CTC", "pad_token": "<pad>"}, "CTC"),
     ("post_processor", {"type": "Unknown"}, "Unknown"),
 ])
 def test_unknown_components_are_named_in_the_error(tmp_path, section, entry, component):

@@ -80,6 +80,36 @@ def metaspace(replacement: str, drop_in_first: bool) -> Decoder:
     return decode
 
 
+def word_piece(prefix: str, cleanup: bool) -> Decoder:
+    """'##ing' glues onto the token before it, any other token starts a new word:
+    word_piece("##", True)(['play', '##ing', 'now', '.']) -> ['play', 'ing', ' now', '.']."""
+    def decode(tokens: list[str]) -> list[str]:
+        out = []
+        for i, token in enumerate(tokens):
+            if i > 0:
+                token = token[len(prefix):] if token.startswith(prefix) else " " + token
+            out.append(clean_up(token) if cleanup else token)
+        return out
+    return decode
+
+
+# English detokenization rules of the reference's WordPiece decoder, applied in this order.
+CLEANUP = [(" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"), (" 'm", "'m"),
+           (" do not", " don't"), (" 's", "'s"), (" 've", "'ve"), (" 're", "'re")]
+
+
+def clean_up(text: str) -> str:
+    for dirty, clean in CLEANUP:
+        text = text.replace(dirty, clean)
+    return text
+
+
+def end_of_word(suffix: str) -> Decoder:
+    """BPEDecoder: a word-final suffix becomes a space, except on the last token:
+    end_of_word("</w>")(['hel', 'lo</w>', 'you</w>']) -> ['hel', 'lo ', 'you']."""
+    return lambda tokens: [t.replace(suffix, "" if i == len(tokens) - 1 else " ") for i, t in enumerate(tokens)]
+
+
 def sequence(steps: list[Decoder]) -> Decoder:
     def decode(tokens: list[str]) -> list[str]:
         for step in steps:
@@ -108,8 +138,12 @@ def build_decoder(spec: dict | None) -> Decoder | None:
     if kind == "Metaspace":
         scheme = spec.get("prepend_scheme", "always" if spec.get("add_prefix_space", True) else "never")
         return metaspace(spec.get("replacement", "▁"), scheme != "never")
+    if kind == "WordPiece":
+        return word_piece(spec.get("prefix", "##"), spec.get("cleanup", True))
+    if kind == "BPEDecoder":
+        return end_of_word(spec.get("suffix", "</w>"))
     raise TinyInferError(f"tokenizer.json uses the decoder {kind!r}, which tinyinfer does not implement "
-                         "(supported: ByteLevel, ByteFallback, Fuse, Strip, Replace, Metaspace, Sequence)")
+                         "(supported: ByteLevel, ByteFallback, Fuse, Strip, Replace, Metaspace, WordPiece, BPEDecoder, Sequence)")
 
 
 def decoder_steps(spec: dict | None) -> list[dict]:
@@ -124,21 +158,37 @@ def decoder_steps(spec: dict | None) -> list[dict]:
 def build_token_bytes(spec: dict | None) -> Callable[[str], bytes]:
     """The bytes one vocabulary token stands for in the middle of a text, under the decoder `spec`.
 
-    Only the character-level steps matter here (ByteLevel, ByteFallback, Replace, Metaspace); Strip and
-    Fuse act on the text's ends and on how tokens are grouped. GPT-2: 'Ġworld' -> b' world';
-    Llama-2: '▁world' -> b' world', '<0x0A>' -> b'\\n'.
+    Only the steps that rewrite one token on its own matter here (ByteLevel, ByteFallback, Replace,
+    Metaspace, WordPiece, BPEDecoder); Strip, Fuse and WordPiece's cleanup act on the text's ends, on how
+    tokens are grouped, or on their neighbours. GPT-2: 'Ġworld' -> b' world'; Llama-2: '▁world' ->
+    b' world', '<0x0A>' -> b'\\n'; WordPiece: '##ing' -> b'ing', 'now' -> b' now'; BPEDecoder: 'lo</w>' -> b'lo '.
     """
     steps = decoder_steps(spec)
     kinds = {s.get("type") for s in steps}
-    replacements = [(compile_pattern(s["pattern"]), s["content"]) for s in steps if s.get("type") == "Replace"]
-    replacements += [(compile_pattern({"String": s.get("replacement", "▁")}), " ") for s in steps if s.get("type") == "Metaspace"]
+    rewrites = [mid_sequence_rewrite(s) for s in steps]
 
     def token_bytes(token: str) -> bytes:
         if "ByteLevel" in kinds:
             return from_byte_level(token)
         if "ByteFallback" in kinds and (match := BYTE_TOKEN.fullmatch(token)):
             return bytes([int(match.group(1), 16)])
-        for pattern, content in replacements:
-            token = pattern.sub(lambda _: content, token)
+        for rewrite in rewrites:
+            token = rewrite(token)
         return token.encode("utf-8")
     return token_bytes
+
+
+def mid_sequence_rewrite(step: dict) -> Callable[[str], str]:
+    """What one decoder step does to a token that is neither first nor last (identity for most steps)."""
+    kind = step.get("type")
+    if kind == "Replace":
+        pattern, content = compile_pattern(step["pattern"]), step["content"]
+        return lambda token: pattern.sub(lambda _: content, token)
+    if kind == "Metaspace":
+        return lambda token: token.replace(step.get("replacement", "▁"), " ")
+    if kind == "WordPiece":
+        prefix = step.get("prefix", "##")
+        return lambda token: token[len(prefix):] if token.startswith(prefix) else " " + token
+    if kind == "BPEDecoder":
+        return lambda token: token.replace(step.get("suffix", "</w>"), " ")
+    return lambda token: token
