@@ -70,7 +70,7 @@ class Llama2cTokenizer(Tokenizer):
         self.id_to_token = [p.decode("utf-8", errors="replace") for p in pieces]
         self.token_to_id = {t: i for i, t in reversed(list(enumerate(self.id_to_token)))}
         self.bos_token_id, self.eos_token_id = BOS_ID, EOS_ID
-        self.special_ids = frozenset((UNK_ID, BOS_ID, EOS_ID))
+        self.special_ids = self.skipped_ids = frozenset((UNK_ID, BOS_ID, EOS_ID))  # skipped by skip_special_tokens
         self.byte_fallback_ids = frozenset()  # decode reads all bytes at once, so nothing waits
         self.dummy_prefix = self.piece_to_id.get(b" ")
         # a token's rank: 0 for the highest score; equal scores share a rank (then the leftmost pair wins)
@@ -106,7 +106,7 @@ class Llama2cTokenizer(Tokenizer):
     def decode(self, ids, skip_special_tokens: bool = False) -> str:
         out, prev = bytearray(), None
         for i in self._checked(ids):
-            if not (skip_special_tokens and i in self.special_ids):
+            if not (skip_special_tokens and i in self.skipped_ids):
                 piece = self._bytes[i]
                 out += piece[1:] if prev == BOS_ID and piece.startswith(b" ") else piece
             prev = i

@@ -30,7 +30,7 @@ class StreamingDetokenizer:
     def push(self, token_id: int) -> str:
         """Add one id; return the text it completes (often '', sometimes several characters)."""
         self.ids.append(token_id)
-        skipped = self.skip_special_tokens and token_id in self.tokenizer.special_ids
+        skipped = self.skip_special_tokens and token_id in self.tokenizer.skipped_ids
         if skipped or token_id in self.tokenizer.byte_fallback_ids:  # a byte run may go on after either
             self.tokenizer.token_bytes(token_id)  # still reject an id outside the vocabulary now
             return ""

@@ -55,15 +55,17 @@ class Tokenizer:
         self.special_ids = frozenset(t.id for t in added if t.special)
 
         size = max([*self.model.vocab.values(), *(t.id for t in added)], default=-1) + 1
-        self.id_to_token: list[str | None] = [None] * size
+        self.id_to_token: list[str | None] = [None] * size  # the string each id hands to the decoder
         for token, i in self.model.vocab.items():
             self.id_to_token[i] = token
+        for t in added:  # a normalized added token decodes as its normalized text, as in the reference
+            self.id_to_token[t.id] = normalize(t.content) if t.normalized else t.content
         self._bytes = [piece_bytes(t) if t is not None else b"" for t in self.id_to_token]
-        for t in added:
-            self.id_to_token[t.id] = t.content
-            self._bytes[t.id] = t.content.encode("utf-8")
-
-        self.token_to_id = {t: i for i, t in enumerate(self.id_to_token) if t is not None}
+        self.token_to_id = {**self.model.vocab, **{t.content: t.id for t in added}}
+        # skip_special_tokens drops the ids whose decoded string is a special token's text (the
+        # reference compares strings, so a normalized special token that the normalizer changed stays)
+        special_texts = {t.content for t in added if t.special}
+        self.skipped_ids = frozenset(i for i, t in enumerate(self.id_to_token) if t in special_texts)
         # ids a ByteFallback decoder reads as raw bytes (<0x41>); a streaming decoder waits for their run to end
         has_byte_fallback = any(step.get("type") == "ByteFallback" for step in decoder_steps(spec.get("decoder")))
         self.byte_fallback_ids = frozenset(i for t, i in self.model.vocab.items() if has_byte_fallback and BYTE_TOKEN.fullmatch(t))
@@ -140,7 +142,7 @@ class Tokenizer:
 
     def decode(self, ids, skip_special_tokens: bool = False) -> str:
         """The text of `ids`; bytes that are not valid UTF-8 become U+FFFD, as in the reference."""
-        tokens = [self.id_to_token[i] for i in self._checked(ids) if not (skip_special_tokens and i in self.special_ids)]
+        tokens = [self.id_to_token[i] for i in self._checked(ids) if not (skip_special_tokens and i in self.skipped_ids)]
         if self.decoder is None:
             return " ".join(tokens)
         return "".join(self.decoder(tokens))
