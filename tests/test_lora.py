@@ -14,6 +14,7 @@ from tinyinfer.engine import LLM
 from tinyinfer.errors import TinyInferError
 from tinyinfer.lora import load_adapter
 from tinyinfer.model import SeqChunk
+from tinyinfer.quantize import quantize_model
 from tinyinfer.sampling import SamplingParams
 
 from tiny_models import hf_model, prompt_ids, tiny_checkpoint  # noqa: F401 - tiny_checkpoint is a fixture
@@ -107,6 +108,37 @@ def test_generate_and_the_engine_follow_each_requests_adapter(llama):
     served = llm.generate([ids] * 3, params, lora=names)
     assert [r.token_ids for r in first + served] == [solo[name] for name in ["a"] + names]
     assert [r.metrics.cached_prompt_tokens for r in served] == [0, 0, 36]  # 9 full blocks of 4, only for a
+
+
+def test_cli_generate_with_an_adapter(llama, capsys):
+    model, _, folder, root = llama
+    from tinyinfer.cli import main  # noqa: PLC0415
+
+    assert main(["generate", "--model", str(folder), "--lora", str(root / "a"), "hello", "--max-tokens", "6",
+                 "--temperature", "0", "--ignore-eos"]) == 0
+    ids = model.tokenizer.encode("hello")
+    want = model.generate(ids, max_tokens=6, temperature=0, ignore_eos=True, lora="a")
+    assert capsys.readouterr().out == want.text + "\n"
+
+
+def test_adapters_on_quantised_weights(llama):
+    """Adapters load on top of int8 weights (quantise first; the other order is refused) and add exactly their
+    update: the same as on a float model holding the dequantised weights."""
+    _, _, folder, root = llama
+    model, reference = tinyinfer.load(folder), tinyinfer.load(folder)
+    quantize_model(model, "int8")
+    for quantised, plain in zip(model.params["layers"], reference.params["layers"]):
+        for key in ("qkv", "o"):
+            plain[key] = quantised[key].dequantize()
+        for key in ("gate", "up", "down"):
+            plain["mlp"][key] = quantised["mlp"][key].dequantize()
+    for m in (model, reference):
+        load_adapter(m, "a", root / "a")
+    ids = prompt_ids(16)
+    adapted, want = (m.forward([SeqChunk(0, 0, ids, "a")], m.new_cache(), all_logits=True) for m in (model, reference))
+    np.testing.assert_allclose(adapted, want, atol=1e-4)
+    with pytest.raises(TinyInferError, match="quantise it first"):
+        quantize_model(reference, "int8")
 
 
 def test_gpt2_conv1d_adapter_matches_peft(tiny_checkpoint, tmp_path):

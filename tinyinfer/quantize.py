@@ -238,6 +238,9 @@ def quantize_model(model, scheme: str = "int8", group_size: int | None = None, l
     if model.quantization is not None:
         raise TinyInferError(f"this model is already quantised ({model.quantization.name}): load it again to "
                              "quantise it another way")
+    if model.adapters is not None:
+        raise TinyInferError("this model has LoRA adapters loaded: quantise it first, then load the adapters "
+                             "(they stay in floating point on top of the quantised weights)")
     params = model.params
 
     def quantize(w):

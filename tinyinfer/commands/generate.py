@@ -16,6 +16,7 @@ from pathlib import Path
 
 import tinyinfer
 from tinyinfer.errors import TinyInferError
+from tinyinfer.lora import load_adapter
 from tinyinfer.moe import track_routing
 from tinyinfer.quantize import quantize_model
 
@@ -72,6 +73,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--quantize", metavar="SCHEME", default=None,
                         help="hold the layers' weights as int8 (per output channel) or int4 (groups of 32); "
                              "see chapters/12-quantisation.md")
+    parser.add_argument("--lora", metavar="FOLDER", default=None,
+                        help="a PEFT LoRA adapter (adapter_config.json + adapter_model.safetensors) for this model; "
+                             "see chapters/13-lora.md")
     parser.add_argument("--draft", metavar="MODEL", default=None,
                         help="speculative decoding: a smaller model with the same tokenizer guesses tokens for this one "
                              "to check (e.g. shakespeare-draft); see chapters/11-speculative-decoding.md")
@@ -124,6 +128,8 @@ def run(args) -> int:
     model = tinyinfer.load(args.model, device=args.device)
     if args.quantize is not None:
         quantize_model(model, args.quantize)
+    if args.lora is not None:
+        load_adapter(model, "adapter", args.lora)
     routing = track_routing(model) if args.show_routing else None
     prompt, add_special = args.prompt, True
     if args.chat:
@@ -141,7 +147,7 @@ def run(args) -> int:
     draft = tinyinfer.load(args.draft, device=args.device) if args.draft is not None else None
     outputs = model.generate(prompt, stream=True, constraint=constraint_factory(args, model),
                              add_special_tokens=add_special, draft=draft, num_speculative_tokens=4 if args.speculate is None else args.speculate,
-                             **sampling_overrides(args))
+                             lora=None if args.lora is None else "adapter", **sampling_overrides(args))
     streams = outputs if isinstance(outputs, list) else [outputs]
     for index, stream in enumerate(streams):
         if len(streams) > 1:
