@@ -5,9 +5,13 @@ BPE never merges across a piece boundary, so the split decides what can become o
 finer list; a `Sequence` runs its steps in order. The semantics follow the Hugging Face `tokenizers`
 library (its Rust source is the reference), e.g. for GPT-2's ByteLevel step:
 
-    ByteLevel().split(["Hello world!"], at_start=True) -> ['Hello', 'Ġworld', '!']
+    ByteLevel().split(["Hello world!"], at_start=True) -> (['Hello', 'Ġworld', '!'], True)
 
-`at_start` says whether the first piece begins the whole input (Metaspace's prepend_scheme "first").
+`at_start` says whether the first piece begins the whole input, at offset 0 (Metaspace's prepend_scheme
+"first" prepends '▁' only there); each step returns its pieces and whether that still holds, which it
+no longer does once a split has removed text in front of the first piece:
+
+    Split(regex.compile(" "), "Removed").split([" Hi you"], at_start=True) -> (['Hi', 'you'], False)
 """
 
 from __future__ import annotations
@@ -29,6 +33,11 @@ def split_by_pattern(text: str, pattern: regex.Pattern, behavior: str, invert: b
     With pattern r"-": Removed 'a-b' -> ['a', 'b'], Isolated -> ['a', '-', 'b'],
     MergedWithPrevious -> ['a-', 'b'], MergedWithNext -> ['a', '-b'], Contiguous 'a--b' -> ['a', '--', 'b'].
     """
+    return [text[start:end] for start, end in split_spans(text, pattern, behavior, invert)]
+
+
+def split_spans(text: str, pattern: regex.Pattern, behavior: str, invert: bool = False) -> list[tuple[int, int]]:
+    """The (start, end) of each piece split_by_pattern returns: split_spans('-a', r"-", "Removed") -> [(1, 2)]."""
     spans, prev = [], 0  # (start, end, is_match) covering the whole text
     for m in pattern.finditer(text):
         if prev != m.start():
@@ -61,7 +70,7 @@ def split_by_pattern(text: str, pattern: regex.Pattern, behavior: str, invert: b
         kept.reverse()
     else:
         raise TinyInferError(f"unknown split behavior {behavior!r} in tokenizer.json; expected Removed, Isolated, Contiguous, MergedWithPrevious or MergedWithNext")
-    return [text[start:end] for start, end, _ in kept if end > start]
+    return [(start, end) for start, end, _ in kept if end > start]
 
 
 class Split:
@@ -70,8 +79,14 @@ class Split:
     def __init__(self, pattern: regex.Pattern, behavior: str, invert: bool = False):
         self.pattern, self.behavior, self.invert = pattern, behavior, invert
 
-    def split(self, pieces: list[str], at_start: bool) -> list[str]:
-        return [p for piece in pieces for p in split_by_pattern(piece, self.pattern, self.behavior, self.invert)]
+    def split(self, pieces: list[str], at_start: bool) -> tuple[list[str], bool]:
+        out = []
+        for i, piece in enumerate(pieces):
+            spans = split_spans(piece, self.pattern, self.behavior, self.invert)
+            if i == 0:  # the first piece still begins the input unless text in front of it was removed
+                at_start = at_start and bool(spans) and spans[0][0] == 0
+            out.extend(piece[start:end] for start, end in spans)
+        return out, at_start
 
 
 class ByteLevel:
@@ -81,14 +96,14 @@ class ByteLevel:
         self.add_prefix_space, self.use_regex = add_prefix_space, use_regex
         self.pattern = regex.compile(GPT2_SPLIT_PATTERN)
 
-    def split(self, pieces: list[str], at_start: bool) -> list[str]:
+    def split(self, pieces: list[str], at_start: bool) -> tuple[list[str], bool]:
         out = []
         for piece in pieces:
             if self.add_prefix_space and not piece.startswith(" "):
                 piece = " " + piece
             chunks = self.pattern.findall(piece) if self.use_regex else [piece]
             out.extend(to_byte_level(chunk) for chunk in chunks)
-        return out
+        return out, at_start
 
 
 class Metaspace:
@@ -98,7 +113,7 @@ class Metaspace:
         self.replacement, self.prepend_scheme, self.split_words = replacement, prepend_scheme, split
         self.pattern = regex.compile(regex.escape(replacement))
 
-    def split(self, pieces: list[str], at_start: bool) -> list[str]:
+    def split(self, pieces: list[str], at_start: bool) -> tuple[list[str], bool]:
         out = []
         for i, piece in enumerate(pieces):
             piece = piece.replace(" ", self.replacement)
@@ -106,17 +121,17 @@ class Metaspace:
             if not piece.startswith(self.replacement) and (self.prepend_scheme == "always" or (self.prepend_scheme == "first" and first)):
                 piece = self.replacement + piece
             out.extend(split_by_pattern(piece, self.pattern, "MergedWithNext") if self.split_words else [piece])
-        return out
+        return out, at_start
 
 
 class Sequence:
     def __init__(self, steps: list):
         self.steps = steps
 
-    def split(self, pieces: list[str], at_start: bool) -> list[str]:
+    def split(self, pieces: list[str], at_start: bool) -> tuple[list[str], bool]:
         for step in self.steps:
-            pieces = step.split(pieces, at_start)
-        return pieces
+            pieces, at_start = step.split(pieces, at_start)
+        return pieces, at_start
 
 
 def onig_to_regex(pattern: str) -> str:

@@ -121,22 +121,31 @@ class Tokenizer:
                 ids.append(piece)
                 continue
             normalized = self.normalizer(piece) if self.normalizer else piece
+            at_start = i == 0 and self._keeps_first_character(piece)
             for j, sub in enumerate(self.normalized_added.split(normalized)):
                 if isinstance(sub, int):
                     ids.append(sub)
                 else:
-                    ids.extend(self.encode_ordinary(sub, at_start=i == 0 and j == 0))
+                    ids.extend(self.encode_ordinary(sub, at_start=at_start and j == 0))
         if add_special_tokens and self.post_processor is not None:
             ids = self.post_processor(ids)
         return ids
 
     def encode_ordinary(self, normalized: str, at_start: bool = True) -> list[int]:
-        """Ids of normalized text holding no added token: pre-tokenize into words, then BPE each word."""
-        words = self.pre_tokenizer.split([normalized], at_start) if self.pre_tokenizer else [normalized]
+        """Ids of normalized text holding no added token: pre-tokenize into words, then BPE each word.
+        at_start: the text begins the input (Metaspace's prepend_scheme "first" marks only that word)."""
+        words = self.pre_tokenizer.split([normalized], at_start)[0] if self.pre_tokenizer else [normalized]
         ids: list[int] = []
         for word in words:
             ids.extend(self.model.encode_word(word))
         return ids
+
+    def _keeps_first_character(self, text: str) -> bool:
+        """Whether the normalizer keeps the first character of `text` (Strip drops ' ' from ' Hi'), so that the
+        normalized text still begins at the input's offset 0. Probed on that character before an 'x'."""
+        if self.normalizer is None or not text:
+            return True
+        return self.normalizer(text[0] + "x") != self.normalizer("x")
 
     # ---- decoding -----------------------------------------------------------------------------------
 
