@@ -41,6 +41,7 @@ import numpy as np
 
 from tinyinfer.backend import to_device
 from tinyinfer.errors import TinyInferError
+from tinyinfer.resolve import BUILTIN_DIR
 from tinyinfer.safetensors_io import Checkpoint
 
 
@@ -147,10 +148,11 @@ REFUSED_OPTIONS = {  # config key -> why its adapters cannot be applied as W + s
 
 def load_adapter(model, name: str, folder) -> None:
     """Load the PEFT LoRA adapter in `folder` onto `model` under `name`; requests then ask for it by name.
+    `folder` may also name an adapter shipped with tinyinfer (tinyinfer/models/, e.g. "shakespeare-shout").
 
     The base weights are never copied: each targeted weight becomes a LoraWeight holding the base array.
     """
-    folder = Path(folder)
+    folder = adapter_folder(folder)
     if model.adapters is not None and name in model.adapters.names:
         raise TinyInferError(f"an adapter named {name!r} is already loaded on this model: choose another name")
     config = _adapter_config(folder)
@@ -160,6 +162,12 @@ def load_adapter(model, name: str, folder) -> None:
     for place, update in updates:
         _lora_weight(model, place).updates.setdefault(name, []).append(update)
     model.adapters.names.append(name)
+
+
+def adapter_folder(name_or_path) -> Path:
+    """A folder, or the folder of a built-in adapter of that name when no such path exists."""
+    path, builtin = Path(name_or_path), BUILTIN_DIR / str(name_or_path)
+    return builtin if not path.exists() and (builtin / "adapter_config.json").is_file() else path
 
 
 def _adapter_config(folder: Path) -> dict:
