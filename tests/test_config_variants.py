@@ -81,6 +81,9 @@ VARIANTS: dict[str, tuple[str, dict, dict]] = {
     "llama_rope_yarn_no_original": ("llama", {"rope_parameters": YARN},  # then it is max_position_embeddings
                                     {"dialect": "old", "edits": {"rope_scaling": {"type": "yarn", "factor": 2.0}}}),
     "llama_three_heads_wide": ("llama", {"num_attention_heads": 3, "num_key_value_heads": 1, "head_dim": 24}, {}),
+    "llama_rope_llama3_no_original": ("llama", {}, {"dialect": "old", "edits": {"rope_scaling": {
+        "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0}}}),
+    "llama_partial_rotary_field_ignored": ("llama", {}, {"edits": {"partial_rotary_factor": 0.5}}),  # Llama rotates all
     "llama_window_field_ignored": ("llama", {}, {"edits": {"sliding_window": WINDOW}}),  # Llama has no window
     "llama_fp16_sharded_tied": ("llama", {"num_key_value_heads": 2, "tie_word_embeddings": True},
                                 {"dtype": "float16", "max_shard_size": "40KB"}),
@@ -97,6 +100,7 @@ VARIANTS: dict[str, tuple[str, dict, dict]] = {
     "qwen2_bias_fields_ignored": ("qwen2", {"num_key_value_heads": 1},
                                   {"edits": {"attention_bias": False, "mlp_bias": True}}),
     "qwen2_rope_linear_bf16": ("qwen2", {"rope_parameters": LINEAR, "tie_word_embeddings": True}, {"dtype": "bfloat16"}),
+    "qwen2_rope_yarn_type_key": ("qwen2", {"rope_parameters": YARN}, {"dialect": "old", "rope_kind_key": "type"}),
     # Qwen3
     "qwen3_attention_bias": ("qwen3", {"attention_bias": True, "head_dim": 8, "num_key_value_heads": 1}, {}),
     "qwen3_window_layers": ("qwen3", {"use_sliding_window": True, "sliding_window": WINDOW, "max_window_layers": 1},
@@ -255,6 +259,16 @@ def test_unsupported_rope_kinds_are_refused_by_name(kind):
               "num_attention_heads": 4, "intermediate_size": 96,
               "rope_scaling": {"type": kind, "factor": 2.0, "short_factor": [1.0] * 6, "long_factor": [2.0] * 6}}
     with pytest.raises(TinyInferError, match=f"rope scaling type '{kind}' is not supported .*yarn"):
+        config_from_hf(config)
+
+
+def test_rope_parameters_per_layer_type_are_refused():
+    """transformers 5 nests rope_parameters by layer type for some families; none of those read here."""
+    per_layer = {"full_attention": {"rope_type": "default", "rope_theta": 1e6},
+                 "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}
+    config = {"model_type": "qwen2", "vocab_size": 300, "hidden_size": 48, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "intermediate_size": 96, "rope_parameters": per_layer}
+    with pytest.raises(TinyInferError, match="RoPE parameters per layer type are not supported"):
         config_from_hf(config)
 
 

@@ -66,6 +66,7 @@ class Config:
     moe_layers: list[int] | None = None  # layers whose MLP is a MoE (None = all of them, when n_experts)
 
     def __post_init__(self):
+        _check_numbers(self)
         if not self.layer_types:
             kind = "sliding_attention" if self.sliding_window else "full_attention"
             self.layer_types = [kind] * self.n_layers
@@ -107,6 +108,43 @@ class Config:
     def kv_bytes_per_token(self) -> int:
         """fp32 bytes of K and V one token adds to the cache: 2 x layers x kv_heads x head_dim x 4."""
         return 2 * self.n_layers * self.n_kv_heads * self.head_dim * 4
+
+
+# Bad input: the fields that size arrays, and the numbers and ids the model computes with, checked before any
+# of them is used (a config.json with "four" layers, -1 heads or a null context length)
+SIZE_FIELDS = {"vocab_size": "vocab_size", "d_model": "hidden_size / n_embd", "n_layers": "num_hidden_layers / n_layer",
+               "n_heads": "num_attention_heads / n_head", "n_kv_heads": "num_key_value_heads", "head_dim": "head_dim",
+               "d_ff": "intermediate_size / n_inner", "max_seq_len": "max_position_embeddings / n_positions"}
+
+
+# config.json keys that size arrays, in every dialect; None (null) means "derive it" for the optional ones
+HF_SIZE_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                "max_position_embeddings", "n_embd", "n_layer", "n_head", "n_positions")
+HF_OPTIONAL_SIZE_KEYS = ("num_key_value_heads", "head_dim", "n_inner")
+
+
+def _check_hf_sizes(c: dict) -> None:
+    for key in (*HF_SIZE_KEYS, *HF_OPTIONAL_SIZE_KEYS):
+        value = c.get(key)
+        if key in c and not (value is None and key in HF_OPTIONAL_SIZE_KEYS) and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise TinyInferError(f"config.json: {key}={value!r} must be an integer >= 1; fix config.json")
+
+
+def _check_numbers(cfg: Config) -> None:
+    for name, keys in SIZE_FIELDS.items():
+        value = getattr(cfg, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise TinyInferError(f"config: {name}={value!r} must be an integer >= 1: fix {keys} in config.json "
+                                 "(or the llama2.c header)")
+    for name in ("norm_eps", "rope_theta"):
+        value = getattr(cfg, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+            raise TinyInferError(f"config: {name}={value!r} must be a positive number: fix config.json")
+    for token_id in [cfg.bos_token_id, *cfg.eos_token_ids]:
+        if token_id is not None and (isinstance(token_id, bool) or not isinstance(token_id, int) or token_id < 0):
+            raise TinyInferError(f"config: token id {token_id!r} (bos_token_id / eos_token_id) must be an integer "
+                                 ">= 0: fix config.json or generation_config.json")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -192,6 +230,9 @@ def _rope(c: dict) -> tuple[float, dict | None]:
     which tinyinfer refuses anyway, so inside the context window it is plain RoPE.
     """
     params = dict(c.get("rope_scaling") or c.get("rope_parameters") or {})
+    if set(params) & {"full_attention", "sliding_attention"}:
+        raise TinyInferError(f"config.json ({c['model_type']}): RoPE parameters per layer type are not supported; "
+                             "give one rope_parameters dict for all layers")
     theta = float(params.get("rope_theta") or c["rope_theta"])
     kind = params.get("rope_type", params.get("type", "default"))
     if kind in ("default", "dynamic"):
@@ -318,10 +359,14 @@ def config_from_hf(c: dict) -> Config:
         method = c["quantization_config"].get("quant_method", "unknown")
         raise TinyInferError(f"config.json: weights quantised with {method!r} are not supported; "
                              "use an fp32, fp16 or bf16 checkpoint of the model")
+    _check_hf_sizes(c)
     try:
         fields = HF_CONFIG_READERS[model_type]({**HF_DEFAULTS[model_type], **c})
     except KeyError as e:
         raise TinyInferError(f"config.json ({model_type}): required field {e.args[0]!r} is missing") from e
+    except (TypeError, ValueError, AttributeError) as e:  # e.g. "hidden_size": "big", "rope_parameters": "x"
+        raise TinyInferError(f"config.json ({model_type}): a field has the wrong type ({e}); fix it to match the "
+                             "model's original config.json") from e
     eos = c.get("eos_token_id")
     return Config(
         model_type=model_type, **fields, bos_token_id=c.get("bos_token_id"),
@@ -331,13 +376,16 @@ def config_from_hf(c: dict) -> Config:
 
 
 def read_json(path: Path, what: str) -> dict:
-    """Parse a JSON file, naming it in the error when it is missing or malformed."""
+    """Parse a JSON file holding an object, naming it in the error when it is missing or malformed."""
     try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError as e:
         raise TinyInferError(f"{what} not found: {path}") from e
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise TinyInferError(f"{what} is not valid JSON: {path} ({e})") from e
+    if not isinstance(data, dict):
+        raise TinyInferError(f"{what} holds a JSON {type(data).__name__}, not an object: {path}; fix or re-download it")
+    return data
 
 
 def load_hf_config(folder: Path) -> Config:
