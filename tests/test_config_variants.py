@@ -30,6 +30,7 @@ from tiny_models import ROOT, _import_script, hf_logits, make_tiny_models, promp
 
 import tinyinfer
 from tinyinfer.config import HF_ACTIVATIONS, HF_DEFAULTS, config_from_hf, load_hf_config
+from tinyinfer.engine.paged_cache import PagedKVCache
 from tinyinfer.errors import TinyInferError
 from tinyinfer.mlp import ACTIVATIONS
 from tinyinfer.model import Model, SeqChunk, _map_arrays
@@ -157,11 +158,15 @@ def test_logits_match_transformers_at_every_position(name, checkpoint):
     np.testing.assert_allclose(tinyinfer.load(folder).logits(ids), hf_logits(folder, ids), rtol=0, atol=LOGITS_ATOL)
 
 
+def float64_model(folder) -> Model:
+    model = tinyinfer.load(folder)
+    return Model(model.config, _map_arrays(model.params, lambda a: a.astype(np.float64)), dtype=np.float64)
+
+
 @pytest.mark.parametrize("name", VARIANTS)
 def test_cached_decode_equals_full_recompute(name, checkpoint):
     """Prefill 6 tokens, a 5-token chunk at position 6, then one token at a time: the full pass's logits."""
-    model = tinyinfer.load(checkpoint(name))
-    wide = Model(model.config, _map_arrays(model.params, lambda a: a.astype(np.float64)), dtype=np.float64)
+    wide = float64_model(checkpoint(name))
     ids = prompt_ids(20, seed=1)
     cache = wide.new_cache()
     prefill = wide.forward([SeqChunk(0, 0, ids[:6])], cache, all_logits=True)  # [6, V]
@@ -192,6 +197,23 @@ def test_bad_layer_types_are_refused(layer_types, message):
               "layer_types": layer_types}
     with pytest.raises(TinyInferError, match=message):
         config_from_hf(config)
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_batched_decode_through_the_paged_cache_equals_full_recompute(name, checkpoint):
+    """The serving engine's path: three sequences of different lengths in a paged cache, prefilled together,
+    then decoding one token each per step, attended as one padded batch (`Model.decode_block`)."""
+    wide = float64_model(checkpoint(name))
+    prompts = [prompt_ids(n, seed=seed) for n, seed in ((20, 2), (13, 3), (9, 4))]
+    cache = PagedKVCache(wide.config, n_blocks=18, block_size=4, dtype=np.float64)
+    cache.tables = {i: list(range(6 * i, 6 * i + 6)) for i in range(3)}  # 6 blocks of 4 positions each
+    prefilled = [len(p) - 5 for p in prompts]
+    wide.forward([SeqChunk(i, 0, p[:n]) for i, (p, n) in enumerate(zip(prompts, prefilled))], cache)
+    steps = [wide.forward([SeqChunk(i, n + step, [p[n + step]]) for i, (p, n) in enumerate(zip(prompts, prefilled))],
+                          cache) for step in range(5)]  # 5 x [3, V]
+    for i, prompt in enumerate(prompts):
+        decoded = np.stack([step[i] for step in steps])  # [5, V]
+        np.testing.assert_allclose(decoded, wide.logits(prompt)[-5:], rtol=0, atol=CACHE_ATOL)
 
 
 # What each variant guards against: a Config change that reproduces a mistake (the one tinyinfer made before,
