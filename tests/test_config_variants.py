@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 
 import numpy as np
 import pytest
 import torch
 import transformers
-from tiny_models import ROOT, _import_script, hf_logits, make_tiny_models, prompt_ids
+from tiny_models import ROOT, _import_script, hf_greedy, hf_logits, make_tiny_models, prompt_ids
 
 import tinyinfer
 from tinyinfer.config import HF_ACTIVATIONS, HF_DEFAULTS, config_from_hf, load_hf_config
@@ -309,6 +310,19 @@ def test_activations_match_transformers(hf_name):
     ours = ACTIVATIONS[HF_ACTIVATIONS[hf_name]](x)
     theirs = transformers.activations.ACT2FN[hf_name](torch.from_numpy(x)).numpy()
     np.testing.assert_allclose(ours, theirs, rtol=0, atol=2e-6)  # float32 rounding of values up to 12
+
+
+def test_generation_stops_at_any_eos_of_a_list(checkpoint, tmp_path):
+    """generation_config.json's eos_token_id as a list: greedy decoding ends at the first of them it meets."""
+    folder = tmp_path / "model"
+    shutil.copytree(checkpoint("llama_mqa_head_dim"), folder)
+    ids = prompt_ids(20, seed=6)
+    greedy = hf_greedy(folder, ids, 12)
+    stop = next(i for i, token in enumerate(greedy) if token not in greedy[:i] and i >= 3)  # a first occurrence
+    unused = next(token for token in range(3, 300) if token not in greedy)
+    (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": [unused, greedy[stop]]}))
+    tokens = list(tinyinfer.load(folder).generate(ids, max_tokens=12, temperature=0.0).token_ids)
+    assert tokens in (greedy[:stop], greedy[:stop + 1])  # with or without the EOS token itself
 
 
 def test_eos_ids_from_generation_config_int_or_list(tmp_path):
