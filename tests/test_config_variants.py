@@ -11,10 +11,14 @@ config.json (transformers then takes its config class's default, which differs b
 Each variant is built by weights_scripts/ (every parameter re-randomised with a large spread, so a wrong
 mapping moves the logits far past the tolerance), then loaded by tinyinfer and by transformers (float32,
 eager attention) and must agree at every position within 1e-4 (see test_parity_hf.py for that bound). The
-cached path (prefill, a chunk, single tokens) must equal tinyinfer's own recompute within 1e-9 in float64
-(test_moe_parity.py says why float64: routing and one-row products round differently in float32).
+cached paths (prefill, a chunk, single tokens through the contiguous cache; three sequences decoding as one
+batch through the paged cache) must equal tinyinfer's own recompute within 1e-9 in float64 (test_moe_parity.py
+says why float64: routing and one-row products round differently in float32). MISTAKES shows each variant's
+power: reproducing the error it guards against moves the logits well past the tolerance.
 
-Options tinyinfer cannot honour exactly must be refused by name (test_unsupported_options_are_refused_by_name).
+Options tinyinfer cannot honour exactly (longrope RoPE, per-layer RoPE, other activations, unknown layer
+types) must be refused with a TinyInferError that names them; the defaults tinyinfer assumes for fields a
+file leaves out are checked against transformers' config classes.
 """
 
 from __future__ import annotations
@@ -176,30 +180,6 @@ def test_cached_decode_equals_full_recompute(name, checkpoint):
     np.testing.assert_allclose(np.concatenate([prefill, chunk, *steps]), wide.logits(ids), rtol=0, atol=CACHE_ATOL)
 
 
-@pytest.mark.parametrize("arch, fields", [
-    pytest.param("llama", {"rope_parameters": {**YARN, "original_max_position_embeddings": 64}}, id="llama_yarn"),
-    pytest.param("qwen3", {"rope_parameters": {**YARN, "attention_factor": 0.8}, "head_dim": 12, "use_sliding_window": True,
-                           "sliding_window": 100, "max_window_layers": 1}, id="qwen3_yarn_window"),
-])
-def test_logits_match_transformers_on_a_long_prompt(arch, fields, tmp_path):
-    """YaRN's frequencies and the window far from position 0 (test_parity_hf.py explains the float32 angles)."""
-    folder = make_tiny_models.build_tiny_checkpoint(arch, tmp_path / arch, max_position_embeddings=512, **fields)
-    ids = prompt_ids(300, seed=7)
-    np.testing.assert_allclose(tinyinfer.load(folder).logits(ids), hf_logits(folder, ids), rtol=0, atol=LOGITS_ATOL)
-
-
-@pytest.mark.parametrize("layer_types, message", [
-    (["full_attention"], "layer_types has 1 entries for 2 layers"),
-    (["full_attention", "chunked_attention"], "layer type 'chunked_attention' is not supported"),
-])
-def test_bad_layer_types_are_refused(layer_types, message):
-    config = {"model_type": "qwen2", "vocab_size": 300, "hidden_size": 48, "num_hidden_layers": 2,
-              "num_attention_heads": 4, "intermediate_size": 96, "use_sliding_window": True, "sliding_window": 8,
-              "layer_types": layer_types}
-    with pytest.raises(TinyInferError, match=message):
-        config_from_hf(config)
-
-
 @pytest.mark.parametrize("name", VARIANTS)
 def test_batched_decode_through_the_paged_cache_equals_full_recompute(name, checkpoint):
     """The serving engine's path: three sequences of different lengths in a paged cache, prefilled together,
@@ -215,6 +195,18 @@ def test_batched_decode_through_the_paged_cache_equals_full_recompute(name, chec
     for i, prompt in enumerate(prompts):
         decoded = np.stack([step[i] for step in steps])  # [5, V]
         np.testing.assert_allclose(decoded, wide.logits(prompt)[-5:], rtol=0, atol=CACHE_ATOL)
+
+
+@pytest.mark.parametrize("arch, fields", [
+    pytest.param("llama", {"rope_parameters": {**YARN, "original_max_position_embeddings": 64}}, id="llama_yarn"),
+    pytest.param("qwen3", {"rope_parameters": {**YARN, "attention_factor": 0.8}, "head_dim": 12, "use_sliding_window": True,
+                           "sliding_window": 100, "max_window_layers": 1}, id="qwen3_yarn_window"),
+])
+def test_logits_match_transformers_on_a_long_prompt(arch, fields, tmp_path):
+    """YaRN's frequencies and the window far from position 0 (test_parity_hf.py explains the float32 angles)."""
+    folder = make_tiny_models.build_tiny_checkpoint(arch, tmp_path / arch, max_position_embeddings=512, **fields)
+    ids = prompt_ids(300, seed=7)
+    np.testing.assert_allclose(tinyinfer.load(folder).logits(ids), hf_logits(folder, ids), rtol=0, atol=LOGITS_ATOL)
 
 
 # What each variant guards against: a Config change that reproduces a mistake (the one tinyinfer made before,
@@ -292,6 +284,18 @@ def test_rope_parameters_per_layer_type_are_refused():
     config = {"model_type": "qwen2", "vocab_size": 300, "hidden_size": 48, "num_hidden_layers": 2,
               "num_attention_heads": 4, "intermediate_size": 96, "rope_parameters": per_layer}
     with pytest.raises(TinyInferError, match="RoPE parameters per layer type are not supported"):
+        config_from_hf(config)
+
+
+@pytest.mark.parametrize("layer_types, message", [
+    (["full_attention"], "layer_types has 1 entries for 2 layers"),
+    (["full_attention", "chunked_attention"], "layer type 'chunked_attention' is not supported"),
+])
+def test_bad_layer_types_are_refused(layer_types, message):
+    config = {"model_type": "qwen2", "vocab_size": 300, "hidden_size": 48, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "intermediate_size": 96, "use_sliding_window": True, "sliding_window": 8,
+              "layer_types": layer_types}
+    with pytest.raises(TinyInferError, match=message):
         config_from_hf(config)
 
 
