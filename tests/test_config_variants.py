@@ -316,6 +316,13 @@ def test_activations_match_transformers(hf_name):
     np.testing.assert_allclose(ours, theirs, rtol=0, atol=2e-6)  # float32 rounding of values up to 12
 
 
+@pytest.mark.parametrize("file", ["config.json", "model.safetensors.index.json"])
+def test_a_json_file_of_a_sharded_folder_loads_the_folder(file, checkpoint):
+    folder = checkpoint("llama_fp16_sharded_tied")
+    ids = prompt_ids(20)
+    np.testing.assert_array_equal(tinyinfer.load(folder / file).logits(ids), tinyinfer.load(folder).logits(ids))
+
+
 def test_generation_stops_at_any_eos_of_a_list(checkpoint, tmp_path):
     """generation_config.json's eos_token_id as a list: greedy decoding ends at the first of them it meets."""
     folder = tmp_path / "model"

@@ -58,6 +58,8 @@ def load(model=None, device: str = "cpu", dtype=None, tokenizer=None) -> Model:
 
         model = DEFAULT_MODEL
     path = resolve_path(model)
+    if path.is_file() and path.suffix == ".json":  # config.json or the shard index: load the folder they describe
+        path = path.parent
     compute_dtype = DTYPES[dtype]
     if path.is_file() and _is_pytorch_pickle(path):
         raise TinyInferError(f"{path} is a PyTorch pickle, which tinyinfer never unpickles: convert it to safetensors "
