@@ -143,6 +143,8 @@ REFUSED_OPTIONS = {  # config key -> why its adapters cannot be applied as W + s
     "use_dora": "DoRA also rescales each weight's columns",
     "lora_bias": "it trains a bias for lora_B",
     "modules_to_save": "it replaces whole modules with trained copies",
+    "layer_replication": "it repeats layers of the base model",
+    "alora_invocation_tokens": "it applies the update only after certain tokens",
 }
 
 
