@@ -10,6 +10,10 @@ the pieces between them are normalized, pre-tokenized and merged. Each token's f
 - special: skipped by decode(..., skip_special_tokens=True).
 
     split_added("Hi<|endoftext|>there") -> ['Hi', 50256, 'there']   (a str is text, an int an added id)
+
+As in the reference, matches are found first and stripped after: a token whose rstrip takes the
+whitespace that a later match begins with does not stop that match (both ids are kept, the text between
+them is not repeated), unless the later match is itself only whitespace it no longer has.
 """
 
 from __future__ import annotations
@@ -55,13 +59,14 @@ class AddedTokenMatcher:
             start, stop = m.start(), m.end()
             if token.single_word and (WORD_AT_END.search(text, 0, start) or WORD_AT_START.match(text, stop)):
                 continue
-            if token.lstrip:
-                start = SPACE_AT_END.search(text, done, start).start()  # never into the previous match
+            if token.lstrip:  # never into what the previous match took
+                start = max(done, SPACE_AT_END.search(text, min(done, start), start).start())
             if token.rstrip:
                 stop = SPACE_AT_START.match(text, stop).end()
             if done < start:
                 out.append(text[done:start])
-            out.append(token.id)
+            if start < stop:  # nothing is left of a match whose text the previous token's rstrip took
+                out.append(token.id)
             done = stop
         if done < len(text):
             out.append(text[done:])
