@@ -48,11 +48,12 @@ class Tokenizer:
         self.model = build_model(spec.get("model") or {})
         piece_bytes = build_token_bytes(spec.get("decoder"))
 
-        added = read_added_tokens(spec.get("added_tokens") or [], self.model.vocab)
+        entries = read_added_tokens(spec.get("added_tokens") or [], self.model.vocab)
+        added = list({t.id: t for t in entries}.values())  # a token listed twice: its last entry holds, as in the reference
         self.raw_added = AddedTokenMatcher({t.content: t for t in added if not t.normalized})
         normalize = self.normalizer or (lambda s: s)
         self.normalized_added = AddedTokenMatcher({normalize(t.content): t for t in added if t.normalized})
-        self.special_ids = frozenset(t.id for t in added if t.special)
+        self.special_ids = frozenset(t.id for t in entries if t.special)
 
         size = max([*self.model.vocab.values(), *(t.id for t in added)], default=-1) + 1
         self.id_to_token: list[str | None] = [None] * size  # the string each id hands to the decoder
@@ -64,7 +65,7 @@ class Tokenizer:
         self.token_to_id = {**self.model.vocab, **{t.content: t.id for t in added}}
         # skip_special_tokens drops the ids whose decoded string is a special token's text (the
         # reference compares strings, so a normalized special token that the normalizer changed stays)
-        special_texts = {t.content for t in added if t.special}
+        special_texts = {t.content for t in entries if t.special}
         self.skipped_ids = frozenset(i for i, t in enumerate(self.id_to_token) if t in special_texts)
         # ids a ByteFallback decoder reads as raw bytes (<0x41>); a streaming decoder waits for their run to end
         has_byte_fallback = any(step.get("type") == "ByteFallback" for step in decoder_steps(spec.get("decoder")))
@@ -210,11 +211,13 @@ def read_added_tokens(entries: list[dict], vocab: dict[str, int]) -> list[AddedT
     """The added tokens of a tokenizer.json, with ids given as the Hugging Face library gives them: a
     token in the model's vocabulary keeps that id, new ones count up from the vocabulary's size. In a well-formed file this is exactly the "id" the file states."""
     tokens: list[AddedToken] = []
+    known = dict(vocab)  # a token listed twice keeps the id of its first listing
     next_id = len(vocab)
     for entry in entries:
-        token_id = vocab.get(entry["content"])
+        token_id = known.get(entry["content"])
         if token_id is None:
             token_id, next_id = next_id, next_id + 1
+            known[entry["content"]] = token_id
         flags = {k: entry[k] for k in ("special", "lstrip", "rstrip", "single_word", "normalized") if k in entry}
         tokens.append(AddedToken(token_id, entry["content"], **flags))
     return tokens
