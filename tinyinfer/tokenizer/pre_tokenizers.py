@@ -38,12 +38,14 @@ def split_by_pattern(text: str, pattern: regex.Pattern, behavior: str, invert: b
 
 def split_spans(text: str, pattern: regex.Pattern, behavior: str, invert: bool = False) -> list[tuple[int, int]]:
     """The (start, end) of each piece split_by_pattern returns: split_spans('-a', r"-", "Removed") -> [(1, 2)]."""
-    spans, prev = [], 0  # (start, end, is_match) covering the whole text
+    spans, prev, match_end = [], 0, None  # spans: (start, end, is_match) covering the whole text
     for m in pattern.finditer(text):
+        if m.start() == m.end() == match_end:
+            continue  # Oniguruma, unlike the regex module, finds no empty match right where a match ended
         if prev != m.start():
             spans.append([prev, m.start(), invert])
         spans.append([m.start(), m.end(), not invert])
-        prev = m.end()
+        prev = match_end = m.end()
     if prev != len(text):
         spans.append([prev, len(text), invert])
     if behavior == "Removed":
