@@ -288,6 +288,33 @@ def test_metaspace_first_marks_only_text_at_offset_zero(bases, tmp_path):
         check(spec, tmp_path, [" Hello world", "\t\tHello", "Hello", "<s> Hello"])
 
 
+def added(content: str, **flags) -> dict:
+    return {"content": content, "lstrip": False, "rstrip": False, "single_word": False, "normalized": False,
+            "special": False, **flags}
+
+
+def test_added_token_after_one_that_took_its_whitespace(bases, tmp_path):
+    """Matches are found first, stripped after: a later match that begins in the whitespace an rstrip took
+    still counts (its id follows), unless its whole text was that whitespace."""
+    for later in (added("  "), added("  ", lstrip=True), added(" w"), added(" w", lstrip=True), added("world", lstrip=True)):
+        spec = variant(bases["byte_level"], added=[added("Hello", rstrip=True), later])
+        check(spec, tmp_path, ["Hello  world", "Hello world", "Hello  world  Hello\t\tworld"])  # 3 spaces: the reference panics
+
+
+def test_added_token_listed_twice_keeps_one_id_and_its_last_flags(bases, tmp_path):
+    """The reference gives a repeated content the id of its first listing and the flags of its last."""
+    spec = variant(bases["byte_level"], added=[added("<x>"), added("<x>", rstrip=True, single_word=True),
+                                               added("<s>", lstrip=True, normalized=True)])
+    check(spec, tmp_path, ["a <x>  b", "a<x> b", "hi <s>  there", "hi<s>there"])
+
+
+def test_split_regex_with_empty_matches(bases, tmp_path):
+    """Oniguruma reports no empty match right where a match ended; the regex module does ('x*' on 'axb')."""
+    for behavior in ("Isolated", "MergedWithPrevious", "MergedWithNext", "Contiguous", "Removed"):
+        spec = variant(bases["chars"], pre_tokenizer=split({"Regex": "x*"}, behavior, invert=True))
+        check(spec, tmp_path, ["axb", "xxaxx text", "abc"])
+
+
 def test_token_bytes_agree_with_decode_in_mid_sequence(bases, tmp_path):
     """token_bytes(i) is exactly what token i adds between two others, under every decoder that rewrites
     single tokens (added tokens included: '<mask>' under a Prepend normalizer adds b'__<mask>')."""
