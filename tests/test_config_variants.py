@@ -31,6 +31,7 @@ import numpy as np
 import pytest
 import torch
 import transformers
+from safetensors.numpy import load_file, save_file
 from tiny_models import ROOT, _import_script, hf_greedy, hf_logits, make_tiny_models, prompt_ids
 
 import tinyinfer
@@ -57,6 +58,7 @@ WINDOW = 6  # keys; far shorter than the 20-token prompt
 VARIANTS: dict[str, tuple[str, dict, dict]] = {
     # GPT-2
     "gpt2_untied": ("gpt2", {"tie_word_embeddings": False}, {}),
+    "gpt2_untied_old": ("gpt2", {"tie_word_embeddings": False}, {"dialect": "old"}),  # no field, yet its own lm_head
     "gpt2_gelu_erf": ("gpt2", {"activation_function": "gelu"}, {}),
     "gpt2_relu_n_inner": ("gpt2", {"activation_function": "relu", "n_inner": 72}, {}),
     "gpt2_quick_gelu": ("gpt2", {"activation_function": "quick_gelu"}, {"dialect": "old"}),
@@ -91,6 +93,7 @@ VARIANTS: dict[str, tuple[str, dict, dict]] = {
         "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0}}}),
     "llama_partial_rotary_field_ignored": ("llama", {}, {"edits": {"partial_rotary_factor": 0.5}}),  # Llama rotates all
     "llama_window_field_ignored": ("llama", {}, {"edits": {"sliding_window": WINDOW}}),  # Llama has no window
+    "llama_says_tied_but_holds_a_head": ("llama", {}, {"edits": {"tie_word_embeddings": True}}),  # the file wins
     "llama_fp16_sharded_tied": ("llama", {"num_key_value_heads": 2, "tie_word_embeddings": True},
                                 {"dtype": "float16", "max_shard_size": "40KB"}),
     # Mistral
@@ -314,6 +317,19 @@ def test_activations_match_transformers(hf_name):
     ours = ACTIVATIONS[HF_ACTIVATIONS[hf_name]](x)
     theirs = transformers.activations.ACT2FN[hf_name](torch.from_numpy(x)).numpy()
     np.testing.assert_allclose(ours, theirs, rtol=0, atol=2e-6)  # float32 rounding of values up to 12
+
+
+def test_a_tied_file_holding_an_equal_head_stays_tied(checkpoint, tmp_path):
+    """Converted PyTorch files hold lm_head.weight beside the embedding table, equal to it: still one table."""
+    folder = tmp_path / "model"
+    shutil.copytree(checkpoint("llama_mlp_bias"), folder)  # tied
+    tensors = load_file(folder / "model.safetensors")
+    save_file({**tensors, "lm_head.weight": tensors["model.embed_tokens.weight"].copy()}, folder / "model.safetensors",
+              metadata={"format": "pt"})
+    model = tinyinfer.load(folder)
+    assert model.config.tie_word_embeddings
+    ids = prompt_ids(20)
+    np.testing.assert_allclose(model.logits(ids), hf_logits(folder, ids), rtol=0, atol=LOGITS_ATOL)
 
 
 @pytest.mark.parametrize("file", ["config.json", "model.safetensors.index.json"])

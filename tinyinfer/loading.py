@@ -18,7 +18,7 @@ from tinyinfer.config import Config, load_hf_config, read_json
 from tinyinfer.errors import TinyInferError
 from tinyinfer.model import Model
 from tinyinfer.safetensors_io import Checkpoint
-from tinyinfer.weights import load_params
+from tinyinfer.weights import load_params, untie_if_the_file_disagrees
 
 DTYPES = {None: np.float32, "float32": np.float32, "fp32": np.float32, "float16": np.float16, "fp16": np.float16}
 
@@ -69,9 +69,10 @@ def load(model=None, device: str = "cpu", dtype=None, tokenizer=None) -> Model:
         tokenizer_path = tokenizer or _find_llama2c_tokenizer(path)
     else:
         folder = path.parent if path.is_file() else path
-        config = load_hf_config(folder)
+        checkpoint = Checkpoint(path)
+        config = untie_if_the_file_disagrees(checkpoint, load_hf_config(folder))
         with tqdm(total=1, desc=f"loading {folder.name}", unit="model", disable=None, leave=False) as bar:
-            params = load_params(Checkpoint(path), config, compute_dtype)
+            params = load_params(checkpoint, config, compute_dtype)
             bar.update(1)
         gen_path = folder / "generation_config.json"
         generation_config = read_json(gen_path, "generation_config.json") if gen_path.exists() else {}

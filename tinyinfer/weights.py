@@ -22,6 +22,7 @@ instead of three, which streams faster. Tied embeddings share the embedding tabl
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable
 
 import numpy as np
@@ -203,6 +204,21 @@ def load_params(checkpoint: Checkpoint, cfg: Config, dtype=np.float32) -> dict:
         raise TinyInferError(f"no weight mapping for model_type {cfg.model_type!r}; supported: {', '.join(sorted(PARAM_BUILDERS))}")
     build, prefixes = PARAM_BUILDERS[cfg.model_type]
     return build(tensor_getter(checkpoint, dtype, prefixes), cfg)
+
+
+def untie_if_the_file_disagrees(checkpoint: Checkpoint, cfg: Config) -> Config:
+    """`cfg`, untied when config.json says tie_word_embeddings but the file holds its own, different lm_head.weight.
+
+    transformers 5 trusts the file then: it keeps the two tensors apart (and warns that the config is wrong);
+    older versions tied them regardless. tinyinfer follows transformers 5. A file saved tied holds one of the two
+    (save_pretrained drops the duplicate), or both equal (converted PyTorch files): those stay tied.
+    """
+    get = tensor_getter(checkpoint, np.float32, PARAM_BUILDERS[cfg.model_type][1])
+    if not cfg.tie_word_embeddings or not get.has("lm_head.weight"):
+        return cfg
+    shape = (cfg.vocab_size, cfg.d_model)
+    embed = get("wte.weight" if cfg.model_type == "gpt2" else "model.embed_tokens.weight", shape)
+    return cfg if np.array_equal(get("lm_head.weight", shape), embed) else dataclasses.replace(cfg, tie_word_embeddings=False)
 
 
 def arrange_for_matvec(params: dict, tied: bool) -> dict:
