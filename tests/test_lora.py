@@ -110,6 +110,24 @@ def test_generate_and_the_engine_follow_each_requests_adapter(llama):
     assert [r.metrics.cached_prompt_tokens for r in served] == [0, 0, 36]  # 9 full blocks of 4, only for a
 
 
+def test_mixed_adapters_under_preemption_chunked_prefill_and_prefix_hits(llama):
+    """A small pool forces preemptions (recomputed later), a small token budget chunks the prefills, and prompts
+    share prefixes across and within adapters: every request still gets its solo output, and no block leaks."""
+    model, _, _, _ = llama
+    rng = np.random.default_rng(3)
+    shared = prompt_ids(24, seed=11)
+    prompts = [shared + prompt_ids(int(rng.integers(2, 20)), seed=20 + i) for i in range(12)]
+    names = [["a", "b", None][i % 3] for i in range(12)]
+    params = [SamplingParams(max_tokens=int(rng.integers(4, 16)), temperature=0.8, seed=i, ignore_eos=True)
+              for i in range(12)]
+    llm = LLM(model, block_size=4, n_blocks=40, max_num_seqs=6, max_num_batched_tokens=24)
+    served = llm.generate(prompts, params, lora=names)
+    assert llm.stats().preemptions > 0 and llm.stats().prefix_cache_hit_rate > 0
+    for out, prompt, p, name in zip(served, prompts, params, names):
+        assert out.token_ids == model.generate(prompt, p, lora=name).token_ids
+    assert llm.scheduler.allocator.num_free == llm.cache.n_blocks
+
+
 def test_cli_generate_with_an_adapter(llama, capsys):
     model, _, folder, root = llama
     from tinyinfer.cli import main  # noqa: PLC0415
