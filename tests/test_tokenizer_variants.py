@@ -315,6 +315,20 @@ def test_split_regex_with_empty_matches(bases, tmp_path):
         check(spec, tmp_path, ["axb", "xxaxx text", "abc"])
 
 
+@pytest.mark.parametrize("fuse_unk", [False, True])
+def test_unknown_token_waits_for_the_next_known_character(tmp_path, fuse_unk):
+    """With byte tokens for only some bytes, an <unk> comes after the byte-fallback characters that follow
+    it, and fuse_unk joins unknown characters across them, as in the reference."""
+    vocab = {"<unk>": 0, "a": 1, "b": 2, "ab": 3, "<0xC3>": 4, "<0xA9>": 5, "<0x41>": 6}
+    spec = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": [], "normalizer": None,
+            "pre_tokenizer": None, "post_processor": None,
+            "decoder": {"type": "Sequence", "decoders": [{"type": "ByteFallback"}, {"type": "Fuse"}]},
+            "model": {"type": "BPE", "dropout": None, "unk_token": "<unk>", "continuing_subword_prefix": None,
+                      "end_of_word_suffix": None, "fuse_unk": fuse_unk, "byte_fallback": True, "ignore_merges": False,
+                      "vocab": vocab, "merges": [["a", "b"]]}}
+    check(spec, tmp_path, ["xé", "xéy", "xxéa", "axéxb", "😀é😀", "xAx", "ab"])
+
+
 def test_token_bytes_agree_with_decode_in_mid_sequence(bases, tmp_path):
     """token_bytes(i) is exactly what token i adds between two others, under every decoder that rewrites
     single tokens (added tokens included: '<mask>' under a Prepend normalizer adds b'__<mask>')."""

@@ -129,7 +129,12 @@ class BPE:
 
     def _symbols(self, word: str) -> list[int]:
         """One id per character before any merge; a character missing from the vocabulary becomes its
-        UTF-8 bytes as <0xNN> tokens (byte fallback), else the unknown token, else it is dropped."""
+        UTF-8 bytes as <0xNN> tokens (byte fallback), else the unknown token, else it is dropped.
+
+        As in the reference, an unknown token waits until the next character found in the vocabulary (or
+        the word's end): byte-fallback characters in between come before it, and with fuse_unk they do
+        not end its run. With only 'a' and '<0xC3>', '<0xA9>' known: 'xéa' -> [<0xC3>, <0xA9>, <unk>, a].
+        """
         symbols: list[int] = []
         unk_pending = False
         for i, char in enumerate(word):
@@ -137,14 +142,19 @@ class BPE:
             if i == len(word) - 1:
                 piece += self.end_of_word_suffix
             if piece in self.vocab:
+                if unk_pending:
+                    symbols.append(self._unk_id())
+                    unk_pending = False
                 symbols.append(self.vocab[piece])
-                unk_pending = False
             elif self.byte_fallback and all(f"<0x{b:02X}>" in self.vocab for b in piece.encode("utf-8")):
                 symbols.extend(self.vocab[f"<0x{b:02X}>"] for b in piece.encode("utf-8"))
             elif self.unk_token is not None:
-                if self.unk_token not in self.vocab:
-                    raise TinyInferError(f"the unknown token {self.unk_token!r} is not in the vocabulary; fix model.unk_token in tokenizer.json")
-                if not (self.fuse_unk and unk_pending):  # fuse_unk: a run of unknown characters is one <unk>
-                    symbols.append(self.vocab[self.unk_token])
+                if unk_pending and not self.fuse_unk:  # fuse_unk: a run of unknown characters is one <unk>
+                    symbols.append(self._unk_id())
                 unk_pending = True
-        return symbols
+        return symbols + [self._unk_id()] if unk_pending else symbols
+
+    def _unk_id(self) -> int:
+        if self.unk_token not in self.vocab:
+            raise TinyInferError(f"the unknown token {self.unk_token!r} is not in the vocabulary; fix model.unk_token in tokenizer.json")
+        return self.vocab[self.unk_token]
