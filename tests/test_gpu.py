@@ -44,3 +44,19 @@ def test_gpu_greedy_generation_matches_cpu():
     cpu = tinyinfer.load(path).generate([1], max_tokens=64, temperature=0.0).token_ids
     gpu = tinyinfer.load(path, device="cuda").generate([1], max_tokens=64, temperature=0.0).token_ids
     assert gpu == cpu
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_gpu_tiled_attention_and_lora_match_cpu():
+    """A prompt long enough to take the tiled attention path, and the built-in LoRA adapter, on both devices."""
+    from tinyinfer.lora import load_adapter  # noqa: PLC0415
+
+    ids = np.random.default_rng(0).integers(0, 2000, 400).tolist()
+    models = [tinyinfer.load("shakespeare", device=device) for device in ("cpu", "cuda")]
+    for model in models:
+        load_adapter(model, "shout", "shakespeare-shout")
+    cpu, gpu = (m.logits(ids) for m in models)
+    np.testing.assert_allclose(gpu, cpu, atol=1e-3)
+    cpu, gpu = (m.generate(ids[:20], max_tokens=32, temperature=0.0, lora="shout").token_ids for m in models)
+    assert gpu == cpu

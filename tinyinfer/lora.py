@@ -39,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tinyinfer.backend import to_device
+from tinyinfer.backend import to_device, xp_of
 from tinyinfer.errors import TinyInferError
 from tinyinfer.resolve import BUILTIN_DIR
 from tinyinfer.safetensors_io import Checkpoint
@@ -108,6 +108,7 @@ class LoraWeight:
     def __rmatmul__(self, x):
         y = x @ self.base  # [T, in] @ [in, out] -> [T, out]: the shared product, one for every row
         for name, rows in self.adapters.rows:
+            rows = xp_of(x).asarray(rows)  # row indices where x lives (a GPU array indexes with GPU indices)
             for update in self.updates.get(name, ()):
                 y[rows, update.columns] += lora_delta(x[rows], update)  # [n, width]
         return y
