@@ -57,6 +57,7 @@ WINDOW = 6  # keys; far shorter than the 20-token prompt
 # "drops" (fields removed, so transformers falls back to its config class's default).
 VARIANTS: dict[str, tuple[str, dict, dict]] = {
     # GPT-2
+    "gpt2": ("gpt2", {}, {}),
     "gpt2_untied": ("gpt2", {"tie_word_embeddings": False}, {}),
     "gpt2_untied_old": ("gpt2", {"tie_word_embeddings": False}, {"dialect": "old"}),  # no field, yet its own lm_head
     "gpt2_gelu_erf": ("gpt2", {"activation_function": "gelu"}, {}),
@@ -330,6 +331,18 @@ def test_a_tied_file_holding_an_equal_head_stays_tied(checkpoint, tmp_path):
     assert model.config.tie_word_embeddings
     ids = prompt_ids(20)
     np.testing.assert_allclose(model.logits(ids), hf_logits(folder, ids), rtol=0, atol=LOGITS_ATOL)
+
+
+@pytest.mark.parametrize("name, embed", [("llama_mlp_bias", "model.embed_tokens.weight"), ("gpt2", "transformer.wte.weight")])
+def test_a_tied_file_holding_the_table_only_as_its_head_loads(name, embed, checkpoint, tmp_path):
+    """Some tools keep the shared table under lm_head.weight alone; transformers ties it the other way round."""
+    folder = tmp_path / "model"
+    shutil.copytree(checkpoint(name), folder)
+    tensors = load_file(folder / "model.safetensors")
+    tensors["lm_head.weight"] = tensors.pop(embed)
+    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+    ids = prompt_ids(20)
+    np.testing.assert_allclose(tinyinfer.load(folder).logits(ids), hf_logits(folder, ids), rtol=0, atol=LOGITS_ATOL)
 
 
 @pytest.mark.parametrize("file", ["config.json", "model.safetensors.index.json"])

@@ -60,6 +60,19 @@ def linear(get: Getter, name: str, d_in: int, d_out: int) -> np.ndarray:
     return np.ascontiguousarray(get(name, (d_out, d_in)).T)  # [out, in] -> [in, out]
 
 
+def embedding_name(cfg: Config) -> str:
+    return "wte.weight" if cfg.model_type == "gpt2" else "model.embed_tokens.weight"
+
+
+def embedding_table(get: Getter, cfg: Config) -> np.ndarray:
+    """The input embedding [V, d]. A tied file may hold the one table under the output layer's name only
+    (lm_head.weight): transformers ties them either way round, and so does tinyinfer."""
+    name = embedding_name(cfg)
+    if cfg.tie_word_embeddings and not get.has(name) and get.has("lm_head.weight"):
+        name = "lm_head.weight"
+    return get(name, (cfg.vocab_size, cfg.d_model))
+
+
 def norm(get: Getter, prefix: str, d: int, with_bias: bool) -> dict:
     weights = {"weight": get(f"{prefix}.weight", (d,))}
     if with_bias:
@@ -84,7 +97,7 @@ def gpt2_params(get: Getter, cfg: Config) -> dict:
             "mlp": {"up": get(f"{p}.mlp.c_fc.weight", (d, cfg.d_ff)), "up_bias": get(f"{p}.mlp.c_fc.bias", (cfg.d_ff,)),
                     "down": get(f"{p}.mlp.c_proj.weight", (cfg.d_ff, d)), "down_bias": get(f"{p}.mlp.c_proj.bias", (d,))},
         })
-    embed = get("wte.weight", (V, d))
+    embed = embedding_table(get, cfg)
     lm_head = embed.T if cfg.tie_word_embeddings else linear(get, "lm_head.weight", d, V)  # tied: a [d, V] view
     return {"embed": embed, "pos_embed": get("wpe.weight", (cfg.max_seq_len, d)), "layers": layers,
             "final_norm": norm(get, "ln_f", d, True), "lm_head": lm_head}
@@ -132,7 +145,7 @@ def llama_params(get: Getter, cfg: Config, mlp_params: Callable | None = None) -
             "mlp_norm": norm(get, f"{p}.post_attention_layernorm", d, False),
             "mlp": mlp_params(get, cfg, i),
         })
-    embed = get("model.embed_tokens.weight", (V, d))
+    embed = embedding_table(get, cfg)
     # tied: the embedding table doubles as the output layer, [V, d] -> [d, V] as a view, no copy
     lm_head = embed.T if cfg.tie_word_embeddings else linear(get, "lm_head.weight", d, V)
     return {"embed": embed, "layers": layers, "final_norm": norm(get, "model.norm", d, False), "lm_head": lm_head}
@@ -214,11 +227,11 @@ def untie_if_the_file_disagrees(checkpoint: Checkpoint, cfg: Config) -> Config:
     (save_pretrained drops the duplicate), or both equal (converted PyTorch files): those stay tied.
     """
     get = tensor_getter(checkpoint, np.float32, PARAM_BUILDERS[cfg.model_type][1])
-    if not cfg.tie_word_embeddings or not get.has("lm_head.weight"):
+    if not (cfg.tie_word_embeddings and get.has("lm_head.weight") and get.has(embedding_name(cfg))):
         return cfg
     shape = (cfg.vocab_size, cfg.d_model)
-    embed = get("wte.weight" if cfg.model_type == "gpt2" else "model.embed_tokens.weight", shape)
-    return cfg if np.array_equal(get("lm_head.weight", shape), embed) else dataclasses.replace(cfg, tie_word_embeddings=False)
+    same = np.array_equal(get("lm_head.weight", shape), get(embedding_name(cfg), shape))
+    return cfg if same else dataclasses.replace(cfg, tie_word_embeddings=False)
 
 
 def arrange_for_matvec(params: dict, tied: bool) -> dict:
