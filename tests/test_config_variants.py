@@ -89,6 +89,9 @@ VARIANTS: dict[str, tuple[str, dict, dict]] = {
                                    {"edits": {"original_max_position_embeddings": 32}}),  # the top-level one wins
     "llama_rope_yarn_no_original": ("llama", {"rope_parameters": YARN},  # then it is max_position_embeddings
                                     {"dialect": "old", "edits": {"rope_scaling": {"type": "yarn", "factor": 2.0}}}),
+    "llama_rope_yarn_factor_null": ("llama", {"rope_parameters": YARN},  # then max_position_embeddings / original
+                                    {"dialect": "old", "edits": {"rope_scaling": {"type": "yarn", "factor": None,
+                                                                                  "original_max_position_embeddings": 32}}}),
     "llama_three_heads_wide": ("llama", {"num_attention_heads": 3, "num_key_value_heads": 1, "head_dim": 24}, {}),
     "llama_rope_llama3_no_original": ("llama", {}, {"dialect": "old", "edits": {"rope_scaling": {
         "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0}}}),

@@ -246,6 +246,8 @@ def _rope(c: dict) -> tuple[float, dict | None]:
     scaling["rope_type"] = kind
     scaling["original_max_position_embeddings"] = c.get("original_max_position_embeddings") or params.get(
         "original_max_position_embeddings") or c["max_position_embeddings"]
+    if kind == "yarn" and scaling.get("factor") is None:  # the stretch the two lengths imply (DeepSeek-V3 style)
+        scaling["factor"] = c["max_position_embeddings"] / scaling["original_max_position_embeddings"]
     return theta, scaling
 
 
