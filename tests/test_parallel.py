@@ -1,0 +1,51 @@
+"""Tensor parallelism (tinyinfer/parallel.py): the split model against the whole one."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tinyinfer
+from tinyinfer.errors import TinyInferError
+from tinyinfer.parallel import TensorParallelModel, ring_all_reduce_bytes
+
+from tiny_models import prompt_ids, tiny_checkpoint  # noqa: F401 - tiny_checkpoint is a fixture
+
+
+@pytest.mark.exercise("14.1")
+@pytest.mark.parametrize("n", [1, 2])
+def test_split_builtin_model_gives_the_same_logits_and_tokens(n):
+    model = tinyinfer.load("shakespeare")
+    split = TensorParallelModel(model, n)
+    ids = np.random.default_rng(0).integers(0, 2000, 40).tolist()
+    np.testing.assert_allclose(split.logits(ids), model.logits(ids), atol=1e-4)
+    params = dict(max_tokens=24, temperature=0, ignore_eos=True)
+    assert split.generate(ids, **params).token_ids == model.generate(ids, **params).token_ids
+
+
+@pytest.mark.exercise("14.1")
+@pytest.mark.parametrize("variant", ["gpt2", "llama_bias", "qwen3", "mistral_window", "llama_mqa"])
+def test_split_every_architecture(tiny_checkpoint, variant):
+    """Biases, per-head q/k norms, sliding windows, GPT-2's stacked c_attn; MQA only splits over 1 device."""
+    model = tinyinfer.load(tiny_checkpoint(variant))
+    n = 1 if model.config.n_kv_heads == 1 else 2
+    ids = prompt_ids(20)
+    np.testing.assert_allclose(TensorParallelModel(model, n).logits(ids), model.logits(ids), atol=1e-4)
+
+
+def test_two_all_reduces_per_layer_are_counted():
+    model = tinyinfer.load("shakespeare")
+    split = TensorParallelModel(model, 2)
+    split.logits(list(range(10)))
+    activation = 10 * model.config.d_model * 4  # [T, d] in float32
+    assert split.bytes_per_device == model.config.n_layers * 2 * ring_all_reduce_bytes(activation, 2)
+
+
+def test_what_cannot_be_split_is_a_clear_error():
+    model = tinyinfer.load("shakespeare")  # 2 KV heads, 512 hidden units
+    with pytest.raises(TinyInferError, match="num_key_value_heads=2 does not split over 4 devices"):
+        TensorParallelModel(model, 4)
+    with pytest.raises(TinyInferError, match="integer >= 1"):
+        TensorParallelModel(model, 0)
+    with pytest.raises(TinyInferError, match="Mixture-of-Experts"):
+        TensorParallelModel(tinyinfer.load("shakespeare-moe"), 2)
