@@ -284,6 +284,17 @@ def test_unsupported_rope_kinds_are_refused_by_name(kind):
         config_from_hf(config)
 
 
+@pytest.mark.parametrize("rope, missing", [
+    ({"type": "linear"}, "factor"),
+    ({"rope_type": "llama3", "factor": 8.0, "high_freq_factor": 4.0}, "low_freq_factor"),
+])
+def test_rope_scaling_without_its_fields_is_refused_by_name(rope, missing):
+    config = {"model_type": "llama", "vocab_size": 300, "hidden_size": 48, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "intermediate_size": 96, "rope_scaling": rope}
+    with pytest.raises(TinyInferError, match=f"needs {missing}"):
+        config_from_hf(config)
+
+
 def test_rope_parameters_per_layer_type_are_refused():
     """transformers 5 nests rope_parameters by layer type for some families; none of those read here."""
     per_layer = {"full_attention": {"rope_type": "default", "rope_theta": 1e6},

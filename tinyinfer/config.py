@@ -248,10 +248,15 @@ def _rope(c: dict) -> tuple[float, dict | None]:
         "original_max_position_embeddings") or c["max_position_embeddings"]
     if kind == "yarn" and scaling.get("factor") is None:  # the stretch the two lengths imply (DeepSeek-V3 style)
         scaling["factor"] = c["max_position_embeddings"] / scaling["original_max_position_embeddings"]
+    missing = [key for key in SCALED_ROPE_TYPES[kind] if scaling.get(key) is None]
+    if missing:
+        raise TinyInferError(f"config.json: rope scaling type {kind!r} needs {', '.join(missing)}; "
+                             "add it to rope_scaling (or rope_parameters)")
     return theta, scaling
 
 
-SCALED_ROPE_TYPES = ("linear", "llama3", "yarn")  # implemented in tinyinfer/rope.py
+# the RoPE scalings tinyinfer/rope.py implements, and the fields each one needs
+SCALED_ROPE_TYPES = {"linear": ("factor",), "llama3": ("factor", "low_freq_factor", "high_freq_factor"), "yarn": ()}
 
 
 def _activation(name: str) -> str:
