@@ -190,3 +190,16 @@ def test_bad_adapters_are_clear_errors(llama, tiny_checkpoint, tmp_path):
     head = make_adapter(tiny_checkpoint("llama_gqa"), tmp_path / "head", seed=5, targets=["lm_head"])
     with pytest.raises(TinyInferError, match="lm_head"):
         load_adapter(model, "head", tmp_path / "head")
+
+
+def test_built_in_adapter_is_listed_and_loads_by_name(capsys):
+    from tinyinfer.cli import main  # noqa: PLC0415
+
+    assert main(["models", "--json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    shout = next(row for row in rows if row["name"] == "shakespeare-shout")
+    model = tinyinfer.load("shakespeare")
+    load_adapter(model, "shout", "shakespeare-shout")
+    trained = sum(u.a.size + u.b.size for layer in model.params["layers"]
+                  for w in (layer["qkv"], layer["o"], *layer["mlp"].values()) for u in w.updates["shout"])
+    assert shout["architecture"] == "LoRA r=8 on shakespeare" and shout["params"] == trained

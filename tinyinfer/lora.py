@@ -167,6 +167,13 @@ def load_adapter(model, name: str, folder) -> None:
     model.adapters.names.append(name)
 
 
+def builtin_adapters() -> dict[str, Path]:
+    """Built-in adapter name -> its folder inside the package (tinyinfer/models/<name>/)."""
+    if not BUILTIN_DIR.is_dir():
+        return {}
+    return {p.name: p for p in sorted(BUILTIN_DIR.iterdir()) if (p / "adapter_config.json").is_file()}
+
+
 def adapter_folder(name_or_path) -> Path:
     """A folder, or the folder of a built-in adapter of that name when no such path exists."""
     path, builtin = Path(name_or_path), BUILTIN_DIR / str(name_or_path)

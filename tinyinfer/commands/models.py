@@ -1,14 +1,16 @@
-"""`tinyinfer models`: list the built-in models and the checkpoints in the local Hugging Face cache.
+"""`tinyinfer models`: list the built-in models and adapters, and the checkpoints in the local Hugging Face cache.
 
     $ python -m tinyinfer models
     built-in (.../tinyinfer/models):
       shakespeare        LlamaForCausalLM            2.0M params     4.0 MB
       shakespeare-draft  LlamaForCausalLM            0.2M params   522.8 KB
       shakespeare-moe    MixtralForCausalLM          2.2M params     4.5 MB
+    built-in LoRA adapters, for --lora (.../tinyinfer/models):
+      shakespeare-shout  LoRA r=8 on shakespeare      0.1M params   443.3 KB
     Hugging Face cache (~/.cache/huggingface/hub):
       HuggingFaceTB/SmolLM2-135M-Instruct  LlamaForCausalLM  134.5M params  269.1 MB
 
-Every name printed here works as `--model NAME`. Parameter counts come from the safetensors headers (no
+Every model name printed here works as `--model NAME`, every adapter name as `--lora NAME`. Parameter counts come from the safetensors headers (no
 weights are read), sizes from the files on disk (cache snapshots are links to blobs: the blobs are counted).
 """
 
@@ -19,6 +21,7 @@ import math
 from pathlib import Path
 
 from tinyinfer.errors import TinyInferError
+from tinyinfer.lora import builtin_adapters
 from tinyinfer.resolve import BUILTIN_DIR, builtin_models, cached_models, hf_cache_dir
 from tinyinfer.safetensors_io import Checkpoint
 
@@ -28,14 +31,16 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    sections = [(f"built-in ({BUILTIN_DIR})", builtin_models()), (f"Hugging Face cache ({hf_cache_dir()})", cached_models())]
-    for title, models in sections:
+    sections = [("built-in", BUILTIN_DIR, builtin_models()),
+                ("built-in LoRA adapters, for --lora", BUILTIN_DIR, builtin_adapters()),
+                ("Hugging Face cache", hf_cache_dir(), cached_models())]
+    for source, where, models in sections:
         rows = [describe(name, folder) for name, folder in models.items()]
         if args.json:
             for row in rows:
-                print(json.dumps({**row, "source": title.split(" (")[0]}))
+                print(json.dumps({**row, "source": source}))
             continue
-        print(f"{title}:" + ("" if rows else " none"))
+        print(f"{source} ({where}):" + ("" if rows else " none"))
         width = max((len(row["name"]) for row in rows), default=0)
         for row in rows:
             params = f"{row['params'] / 1e6:.1f}M params" if row["params"] is not None else "? params"
@@ -45,19 +50,25 @@ def run(args) -> int:
 
 def describe(name: str, folder: Path) -> dict:
     """Name, architecture, parameter count and size on disk of one model folder."""
+    adapter = (folder / "adapter_config.json").is_file()
     try:
-        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        config = json.loads((folder / ("adapter_config.json" if adapter else "config.json")).read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError):
         config = {}
-    architecture = (config.get("architectures") or [config.get("model_type", "unknown")])[0]
-    return {"name": name, "architecture": architecture, "params": count_params(folder),
+    if adapter:
+        architecture = f"LoRA r={config.get('r', '?')} on {config.get('base_model_name_or_path', '?')}"
+    else:
+        architecture = (config.get("architectures") or [config.get("model_type", "unknown")])[0]
+    weights = folder / "adapter_model.safetensors" if adapter else folder
+    return {"name": name, "architecture": architecture, "params": count_params(weights),
             "bytes": sum(p.stat().st_size for p in folder.iterdir() if p.is_file()), "path": str(folder)}
 
 
-def count_params(folder: Path) -> int | None:
-    """Sum of the tensor sizes listed in the safetensors headers; None when the files cannot be read."""
+def count_params(path: Path) -> int | None:
+    """Sum of the tensor sizes listed in the safetensors headers (a folder's, or one file's); None when the
+    files cannot be read."""
     try:
-        checkpoint = Checkpoint(folder)
+        checkpoint = Checkpoint(path)
     except (TinyInferError, OSError, ValueError):
         return None
     return sum(math.prod(checkpoint.shape(name)) for name in checkpoint.names())
