@@ -69,8 +69,9 @@ def load(model=None, device: str = "cpu", dtype=None, tokenizer=None) -> Model:
         tokenizer_path = tokenizer or _find_llama2c_tokenizer(path)
     else:
         folder = path.parent if path.is_file() else path
+        config = load_hf_config(folder)
         checkpoint = Checkpoint(path)
-        config = untie_if_the_file_disagrees(checkpoint, load_hf_config(folder))
+        config = untie_if_the_file_disagrees(checkpoint, config)
         with tqdm(total=1, desc=f"loading {folder.name}", unit="model", disable=None, leave=False) as bar:
             params = load_params(checkpoint, config, compute_dtype)
             bar.update(1)
