@@ -11,9 +11,9 @@ the pieces between them are normalized, pre-tokenized and merged. Each token's f
 
     split_added("Hi<|endoftext|>there") -> ['Hi', 50256, 'there']   (a str is text, an int an added id)
 
-As in the reference, matches are found first and stripped after: a token whose rstrip takes the
-whitespace that a later match begins with does not stop that match (both ids are kept, the text between
-them is not repeated), unless the later match is itself only whitespace it no longer has.
+As in the reference, matches are found first and stripped after: a match that begins inside the
+whitespace a previous token's rstrip took still gives its id, but its own lstrip never reaches back past
+the previous match, and a match left with no text at all gives no id.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ class AddedTokenMatcher:
                 stop = SPACE_AT_START.match(text, stop).end()
             if done < start:
                 out.append(text[done:start])
-            if start < stop:  # nothing is left of a match whose text the previous token's rstrip took
+            if start < stop:  # an lstrip match whose whitespace the previous token's rstrip took
                 out.append(token.id)
             done = stop
         if done < len(text):

@@ -10,7 +10,10 @@ simply concatenate either. The method (as in Hugging Face text-generation-infere
 - but hold it back while it ends in U+FFFD (a character still incomplete) or inside a run of
   <0xNN> byte tokens (ByteFallback decodes a run as a whole, so the run must end first).
 
-Concatenating everything push() and flush() return gives exactly tokenizer.decode(ids).
+Concatenating everything push() and flush() return gives exactly tokenizer.decode(ids). (This needs the
+decoder's edits at the ends of a text to be ones a window's first token absorbs, as Llama's
+Strip(' ', start=1, stop=0) is; a Strip decoder with start > 1 or stop > 0, seen in no real tokenizer,
+can lose a space at a window's edge.)
 
     stream = StreamingDetokenizer(tok)
     "".join(stream.push(i) for i in ids) + stream.flush() == tok.decode(ids)

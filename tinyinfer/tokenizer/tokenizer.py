@@ -14,6 +14,8 @@ Decisions where the reference library has no single answer:
 - tokenizer.json may carry truncation and padding settings (GPT-2's file truncates to 50 tokens).
   They belong to training pipelines, so encode ignores them: a prompt is never cut silently.
 - An id outside the vocabulary is an error (the reference drops it silently).
+- Two added tokens whose normalized texts are the same: the reference matches one of them at random (it
+  walks a hash map), tinyinfer the one listed last.
 """
 
 from __future__ import annotations
