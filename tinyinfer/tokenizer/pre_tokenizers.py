@@ -136,38 +136,51 @@ class Sequence:
         return pieces, at_start
 
 
-def onig_to_regex(pattern: str) -> str:
-    """Rewrite the one class where the reference's regex engine (Oniguruma) and the `regex` module differ.
+# Escapes that mean something else in Oniguruma (Ruby syntax, the reference's regex engine) than in the
+# `regex` module: escape -> (spelling outside a class, spelling inside one; None: left as it is).
+ONIG_ESCAPES = {
+    r"\w": ("[" + ONIG_WORD + "]", ONIG_WORD),
+    r"\W": ("[^" + ONIG_WORD + "]", None),  # a complement cannot join a class's union
+    r"\h": ("[0-9a-fA-F]", "0-9a-fA-F"),     # a hex digit (for the regex module: horizontal space)
+    r"\H": ("[^0-9a-fA-F]", None),
+    r"\z": (r"\Z", None),                   # the end of the text
+    r"\Z": (r"(?=\n?\Z)", None),            # the end, or before a final newline
+}
+HEX_ESCAPE = regex.compile(r"\\x\{([0-9a-fA-F]+)\}")  # \x{263A}: the regex module spells it \U0000263A
 
-    Oniguruma's \\w is Alphabetic, Mark, Decimal_Number, Connector_Punctuation and the Latin-1 ²³¹¼½¾;
-    the `regex` module's \\w lacks those six and adds the joiners U+200C/U+200D, which glue emoji
-    sequences (👨‍👩‍👧) together. So \\w, and \\W outside a class, are spelled out:
-    onig_to_regex(r"\\w+|[^\\w\\s]+") -> r"[WORD]+|[^WORD\\s]+" with WORD the class above.
-    (\\W inside a class, which a union cannot spell, is left as it is.)
+
+def onig_to_regex(pattern: str) -> str:
+    """Rewrite an Oniguruma pattern (as tokenizer.json holds) for the `regex` module, compiled MULTILINE
+    since Ruby's ^ and $ match at every line's start and end.
+
+    The escapes in ONIG_ESCAPES are spelled out; the main one is \\w: Oniguruma's holds Alphabetic, Mark,
+    Decimal_Number, Connector_Punctuation and the Latin-1 ²³¹¼½¾, the regex module's lacks those six and
+    adds the joiners U+200C/U+200D, which glue emoji sequences (👨‍👩‍👧) together:
+    onig_to_regex(r"\\w+|[^\\w\\s]+") -> r"[WORD]+|[^WORD\\s]+" with WORD = ONIG_WORD.
     """
     out, i, in_class = [], 0, False
     while i < len(pattern):
         two = pattern[i:i + 2]
-        if two == r"\w" or (two == r"\W" and not in_class):
-            complement = "^" if two == r"\W" else ""
-            out.append(ONIG_WORD if in_class else "[" + complement + ONIG_WORD + "]")
+        if two in ONIG_ESCAPES and ONIG_ESCAPES[two][in_class] is not None:
+            out.append(ONIG_ESCAPES[two][in_class])
             i += 2
-            continue
-        if two.startswith("\\") or (in_class and two == "[:"):  # an escape, or a POSIX class [:alpha:]
+        elif hex_escape := HEX_ESCAPE.match(pattern, i):
+            out.append(f"\\U{int(hex_escape.group(1), 16):08X}")
+            i = hex_escape.end()
+        elif two.startswith("\\") or (in_class and two == "[:"):  # another escape, or a POSIX class [:alpha:]
             end = i + 2 if two.startswith("\\") else pattern.find(":]", i) + 2
             end = end if end > i else len(pattern)
             out.append(pattern[i:end])
             i = end
-            continue
-        if pattern[i] == "[" and not in_class:
+        elif pattern[i] == "[" and not in_class:
             in_class = True
             head = regex.match(r"\[\^?\]?", pattern[i:]).group()  # a ']' right at the start is a literal
             out.append(head)
             i += len(head)
-            continue
-        in_class = in_class and pattern[i] != "]"
-        out.append(pattern[i])
-        i += 1
+        else:
+            in_class = in_class and pattern[i] != "]"
+            out.append(pattern[i])
+            i += 1
     return "".join(out)
 
 
@@ -176,7 +189,7 @@ def compile_pattern(spec: dict) -> regex.Pattern:
     if "String" in spec:
         return regex.compile(regex.escape(spec["String"]))
     if "Regex" in spec:
-        return regex.compile(onig_to_regex(spec["Regex"]))
+        return regex.compile(onig_to_regex(spec["Regex"]), regex.MULTILINE)
     raise TinyInferError(f"unknown pattern {spec!r} in tokenizer.json; expected {{'String': ...}} or {{'Regex': ...}}")
 
 
