@@ -194,6 +194,11 @@ CASES = {
     **{f"split_regex_inverted_{behavior}": ("byte_level", {"pre_tokenizer": then_bytes(split({"Regex": r"\w+"}, behavior, invert=True))})
        for behavior in ("Removed", "Isolated", "Contiguous")},
     "split_regex_newlines": ("byte_level", {"pre_tokenizer": then_bytes(split({"Regex": r"\s*[\r\n]+|\s+(?!\S)"}, "MergedWithNext"))}),
+    "split_line_ends": ("byte_level", {"pre_tokenizer": then_bytes(split({"Regex": r"\s+$"}, "Isolated"), split({"Regex": r"^\s*\h"}, "MergedWithNext"))}),
+    "split_deepseek_v3": ("byte_level", {"pre_tokenizer": then_bytes(
+        split({"Regex": r"\p{N}{1,3}"}, "Isolated"), split({"Regex": "[一-龥\u3040-ゟ゠-ヿ]+"}, "Isolated"),
+        split({"Regex": "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+|"
+                       " ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+"}, "Isolated"))}),
     "digits": ("byte_level", {"pre_tokenizer": then_bytes({"type": "Digits", "individual_digits": False})}),
     "digits_individual": ("byte_level", {"pre_tokenizer": then_bytes({"type": "Digits", "individual_digits": True})}),
     "punctuation": ("byte_level", {"pre_tokenizer": then_bytes({"type": "Punctuation", "behavior": "Isolated"})}),
@@ -264,6 +269,14 @@ def test_split_regex_word_class_is_onigurumas(bases, tmp_path):
     """tokenizer.json regexes run on Oniguruma, whose \\w holds ²³¹¼½¾ but not the emoji joiner U+200D."""
     spec = variant(bases["byte_level"], pre_tokenizer=then_bytes(split({"Regex": r"\w+"}, "Removed")))  # words dropped
     check(spec, tmp_path, ["👨\u200d👩\u200d👧 x²³ ½", "a\u200cb"])
+
+
+def test_split_regex_anchors_and_escapes_are_onigurumas(bases, tmp_path):
+    """In Oniguruma (Ruby syntax) ^ and $ match at every line, \\h is a hex digit, \\Z may stand before
+    a final newline, and \\x{263A} names a code point."""
+    for pattern in (r"\s+$", r"^\s*", r"\h+", r"[\h_]+", r"\s+\Z", r"\x{263a}"):
+        spec = variant(bases["byte_level"], pre_tokenizer=then_bytes(split({"Regex": pattern}, "Isolated")))
+        check(spec, tmp_path, ["a  \nb  \n", "ab\n\n", "cafe 12 ☺ x\n", "a\r\nb  "])
 
 
 def test_whitespace_pre_tokenizer_word_class_is_rust_regexs(bases, tmp_path):
