@@ -187,6 +187,7 @@ CASES = {
     "normalizer_prepend": ("byte_level", {"normalizer": {"type": "Prepend", "prepend": "__"}}),
     "normalizer_accents": ("byte_level", {"normalizer": {"type": "Sequence", "normalizers": [{"type": "NFD"}, {"type": "StripAccents"}, {"type": "Lowercase"}]}}),
     "normalizer_bert": ("byte_level", {"normalizer": BERT_NORMALIZER}),
+    "normalizer_byte_level": ("byte_level", {"normalizer": {"type": "ByteLevel"}, "pre_tokenizer": None}),
     "normalizer_bert_options": ("byte_level", {"normalizer": {**BERT_NORMALIZER, "handle_chinese_chars": False, "strip_accents": True, "lowercase": False}}),
     # pre-tokenizers before ByteLevel
     **{f"split_{behavior}": ("byte_level", {"pre_tokenizer": then_bytes(split({"String": " "}, behavior))})
@@ -207,6 +208,7 @@ CASES = {
     "whitespace_split": ("byte_level", {"pre_tokenizer": then_bytes({"type": "WhitespaceSplit"})}),
     "bert_pre_tokenizer": ("byte_level", {"pre_tokenizer": then_bytes({"type": "BertPreTokenizer"})}),
     "char_delimiter": ("byte_level", {"pre_tokenizer": then_bytes({"type": "CharDelimiterSplit", "delimiter": "e"})}),
+    "fixed_length": ("byte_level", {"pre_tokenizer": then_bytes({"type": "FixedLength", "length": 3})}),
     "nested_sequence": ("byte_level", {"pre_tokenizer": {"type": "Sequence", "pretokenizers": [
         {"type": "Sequence", "pretokenizers": [{"type": "WhitespaceSplit"}, {"type": "Digits", "individual_digits": True}]},
         byte_level(add_prefix_space=True)]}}),

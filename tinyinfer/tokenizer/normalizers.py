@@ -15,6 +15,7 @@ from collections.abc import Callable
 import regex
 
 from tinyinfer.errors import TinyInferError
+from tinyinfer.tokenizer.byte_level import to_byte_level
 from tinyinfer.tokenizer.pre_tokenizers import compile_pattern
 
 Normalizer = Callable[[str], str]
@@ -113,6 +114,8 @@ def build_normalizer(spec: dict | None) -> Normalizer | None:
         return bert(spec)
     if kind == "Nmt":
         return nmt
+    if kind == "ByteLevel":  # GPT-2's byte alphabet as a normalizer: "Hi there" -> 'HiĠthere'
+        return to_byte_level
     raise TinyInferError(f"tokenizer.json uses the normalizer {kind!r}, which tinyinfer does not implement "
                          "(supported: Prepend, Replace, NFC, NFD, NFKC, NFKD, Lowercase, Strip, StripAccents, "
-                         "BertNormalizer, Nmt, Sequence)")
+                         "BertNormalizer, Nmt, ByteLevel, Sequence)")

@@ -218,9 +218,11 @@ def build_pre_tokenizer(spec: dict | None):
         return Sequence([Split(regex.compile(r"\s"), "Removed"), Split(regex.compile(PUNCTUATION), "Isolated")])
     if kind == "CharDelimiterSplit":
         return Split(regex.compile(regex.escape(spec["delimiter"])), "Removed")
+    if kind == "FixedLength":  # pieces of `length` characters
+        return Split(regex.compile(f"(?s:.{{1,{spec.get('length', 5)}}})"), "Isolated")
     if kind == "Metaspace":
         scheme = spec.get("prepend_scheme", "always" if spec.get("add_prefix_space", True) else "never")
         return Metaspace(spec.get("replacement", "▁"), scheme, spec.get("split", True))
     raise TinyInferError(f"tokenizer.json uses the pre-tokenizer {kind!r}, which tinyinfer does not implement "
                          "(supported: ByteLevel, Split, Digits, Punctuation, Whitespace, WhitespaceSplit, BertPreTokenizer, "
-                         "CharDelimiterSplit, Metaspace, Sequence)")
+                         "CharDelimiterSplit, FixedLength, Metaspace, Sequence)")
