@@ -2,7 +2,7 @@
 without ever holding the whole n x L score matrix.
 
 `attention` (tinyinfer/attention.py) forms every score of n queries against L keys at once: H x n x L
-numbers per layer. For a 8,000-token prompt on a model with 32 heads that is 32 x 8,000 x 8,000 x 4 bytes
+numbers per layer. For an 8,000-token prompt on a model with 32 heads that is 32 x 8,000 x 8,000 x 4 bytes
 = 8 GB, for one temporary array. Attention does not need them all at once. Split the keys into tiles and
 keep, for every query, three running numbers over the tiles seen so far:
 

@@ -12,7 +12,8 @@ Merging (computing W' once) serves one fine-tune at no cost. Keeping the adapter
 with one copy of the base weights, and requests of different adapters share a batch: every row takes the
 base product, and the rows of each adapter add their own low-rank term, two thin products on those rows only:
 
-    x @ W'.T-layout  =  x @ W  +  s * (x @ A.T) @ B.T      [n, in] @ [in, r] -> [n, r] @ [r, out] -> [n, out]
+    x @ (W + s * (B @ A).T)  =  x @ W  +  s * (x @ A.T) @ B.T      (W stored [in, out], as tinyinfer stores it)
+                                            [n, in] @ [in, r] -> [n, r] @ [r, out] -> [n, out]
 
 That is what this module does. `LoraWeight` stands wherever the model reads a targeted weight (`x @ w` calls
 its `__rmatmul__`, so the model code is unchanged), and `AdapterSet` knows, for the forward pass running now,
