@@ -157,29 +157,36 @@ def onig_to_regex(pattern: str) -> str:
     Decimal_Number, Connector_Punctuation and the Latin-1 ²³¹¼½¾, the regex module's lacks those six and
     adds the joiners U+200C/U+200D, which glue emoji sequences (👨‍👩‍👧) together:
     onig_to_regex(r"\\w+|[^\\w\\s]+") -> r"[WORD]+|[^WORD\\s]+" with WORD = ONIG_WORD.
+    A class nested in a class is a union in Ruby, so its brackets go (BLOOM's pre-tokenizer has one):
+    onig_to_regex(r" ?[^(\\s|[.,!?])]+") -> r" ?[^(\\s|.,!?)]+".
     """
-    out, i, in_class = [], 0, False
+    out, i, depth = [], 0, 0  # depth: how many character classes are open
     while i < len(pattern):
         two = pattern[i:i + 2]
-        if two in ONIG_ESCAPES and ONIG_ESCAPES[two][in_class] is not None:
-            out.append(ONIG_ESCAPES[two][in_class])
+        if two in ONIG_ESCAPES and ONIG_ESCAPES[two][depth > 0] is not None:
+            out.append(ONIG_ESCAPES[two][depth > 0])
             i += 2
         elif hex_escape := HEX_ESCAPE.match(pattern, i):
             out.append(f"\\U{int(hex_escape.group(1), 16):08X}")
             i = hex_escape.end()
-        elif two.startswith("\\") or (in_class and two == "[:"):  # another escape, or a POSIX class [:alpha:]
+        elif two.startswith("\\") or (depth and two == "[:"):  # another escape, or a POSIX class [:alpha:]
             end = i + 2 if two.startswith("\\") else pattern.find(":]", i) + 2
             end = end if end > i else len(pattern)
             out.append(pattern[i:end])
             i = end
-        elif pattern[i] == "[" and not in_class:
-            in_class = True
+        elif pattern[i] == "[":
+            if depth and two == "[^":
+                raise TinyInferError(f"the tokenizer.json regex {pattern!r} nests a negated character class, which "
+                                     "tinyinfer cannot rewrite for Python's regex module; spell the class out")
             head = regex.match(r"\[\^?\]?", pattern[i:]).group()  # a ']' right at the start is a literal
-            out.append(head)
+            out.append(head if depth == 0 else head[1:])  # a nested class: only its members stay
+            depth += 1
             i += len(head)
         else:
-            in_class = in_class and pattern[i] != "]"
-            out.append(pattern[i])
+            if pattern[i] == "]" and depth:
+                depth -= 1
+            if pattern[i] != "]" or depth == 0:  # the ']' of a nested class goes with its '['
+                out.append(pattern[i])
             i += 1
     return "".join(out)
 
@@ -189,7 +196,11 @@ def compile_pattern(spec: dict) -> regex.Pattern:
     if "String" in spec:
         return regex.compile(regex.escape(spec["String"]))
     if "Regex" in spec:
-        return regex.compile(onig_to_regex(spec["Regex"]), regex.MULTILINE)
+        try:
+            return regex.compile(onig_to_regex(spec["Regex"]), regex.MULTILINE)
+        except regex.error as e:
+            raise TinyInferError(f"the tokenizer.json regex {spec['Regex']!r} does not compile ({e}); "
+                                 "tinyinfer reads Oniguruma's syntax only as far as Python's regex module shares it") from e
     raise TinyInferError(f"unknown pattern {spec!r} in tokenizer.json; expected {{'String': ...}} or {{'Regex': ...}}")
 
 
