@@ -200,6 +200,7 @@ CASES = {
         split({"Regex": r"\p{N}{1,3}"}, "Isolated"), split({"Regex": "[一-龥\u3040-ゟ゠-ヿ]+"}, "Isolated"),
         split({"Regex": "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+|"
                        " ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+"}, "Isolated"))}),
+    "split_bloom": ("byte_level", {"pre_tokenizer": then_bytes(split({"Regex": " ?[^(\\s|[.,!?…。，、।۔،])]+"}, "Isolated"))}),
     "digits": ("byte_level", {"pre_tokenizer": then_bytes({"type": "Digits", "individual_digits": False})}),
     "digits_individual": ("byte_level", {"pre_tokenizer": then_bytes({"type": "Digits", "individual_digits": True})}),
     "punctuation": ("byte_level", {"pre_tokenizer": then_bytes({"type": "Punctuation", "behavior": "Isolated"})}),
@@ -386,4 +387,12 @@ def test_unsupported_component_is_named(bases, case):
     spec.update(UNSUPPORTED[case])
     kind = case.split()[0]
     with pytest.raises(TinyInferError, match=f"{kind}.*(supported|implements only)"):
+        Tokenizer(spec)
+
+
+@pytest.mark.parametrize("pattern, problem", [(r"[a-z&&[^aeiou]]", "nests a negated character class"),
+                                              (r"(\p{L}+", "does not compile")])
+def test_regex_beyond_translation_is_named(bases, pattern, problem):
+    spec = variant(bases["byte_level"], pre_tokenizer=then_bytes(split({"Regex": pattern}, "Isolated")))
+    with pytest.raises(TinyInferError, match=problem):
         Tokenizer(spec)
