@@ -348,7 +348,7 @@ def test_unknown_token_waits_for_the_next_known_character(tmp_path, fuse_unk):
 def test_token_bytes_agree_with_decode_in_mid_sequence(bases, tmp_path):
     """token_bytes(i) is exactly what token i adds between two others, under every decoder that rewrites
     single tokens (added tokens included: '<mask>' under a Prepend normalizer adds b'__<mask>')."""
-    word_piece = variant(bases["prefixed"], decoder={"type": "WordPiece", "prefix": "##", "cleanup": False})
+    word_piece = variant(bases["prefixed"], decoder={"type": "WordPiece", "prefix": "##", "cleanup": True})
     for spec in (build_case(bases, "byte_level"), build_case(bases, "llama"), build_case(bases, "normalizer_prepend"),
                  build_case(bases, "prefix_suffix_bpe_decoder"), word_piece):
         tok = Tokenizer(spec)

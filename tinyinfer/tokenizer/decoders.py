@@ -159,9 +159,9 @@ def build_token_bytes(spec: dict | None) -> Callable[[str], bytes]:
     """The bytes one vocabulary token stands for in the middle of a text, under the decoder `spec`.
 
     Only the steps that rewrite one token on its own matter here (ByteLevel, ByteFallback, Replace,
-    Metaspace, WordPiece, BPEDecoder); Strip, Fuse and WordPiece's cleanup act on the text's ends, on how
-    tokens are grouped, or on their neighbours. GPT-2: 'Ġworld' -> b' world'; Llama-2: '▁world' ->
-    b' world', '<0x0A>' -> b'\\n'; WordPiece: '##ing' -> b'ing', 'now' -> b' now'; BPEDecoder: 'lo</w>' -> b'lo '.
+    Metaspace, WordPiece, BPEDecoder); Strip and Fuse act on the text's ends and on how tokens are
+    grouped. GPT-2: 'Ġworld' -> b' world'; Llama-2: '▁world' -> b' world', '<0x0A>' -> b'\\n';
+    WordPiece: '##ing' -> b'ing', 'now' -> b' now', '.' -> b'.' (its cleanup); BPEDecoder: 'lo</w>' -> b'lo '.
     """
     steps = decoder_steps(spec)
     kinds = {s.get("type") for s in steps}
@@ -187,8 +187,8 @@ def mid_sequence_rewrite(step: dict) -> Callable[[str], str]:
     if kind == "Metaspace":
         return lambda token: token.replace(step.get("replacement", "▁"), " ")
     if kind == "WordPiece":
-        prefix = step.get("prefix", "##")
-        return lambda token: token[len(prefix):] if token.startswith(prefix) else " " + token
+        decode = word_piece(step.get("prefix", "##"), step.get("cleanup", True))
+        return lambda token: decode(["", token])[1]  # as the second token of a text
     if kind == "BPEDecoder":
         return lambda token: token.replace(step.get("suffix", "</w>"), " ")
     return lambda token: token
