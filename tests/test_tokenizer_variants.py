@@ -345,6 +345,17 @@ def test_unknown_token_waits_for_the_next_known_character(tmp_path, fuse_unk):
     check(spec, tmp_path, ["xé", "xéy", "xxéa", "axéxb", "😀é😀", "xAx", "ab"])
 
 
+def test_byte_fallback_reads_byte_tokens_as_the_reference_does(bases, tmp_path):
+    """ByteFallback takes any six-character <0xNN> with hex digits of either case ('<0xc3>') as a byte."""
+    spec = variant(bases["llama"], decoder=llama_decoder(), added=[added(t) for t in ("<0xc3>", "<0xa9>", "<0x+A>", "<0xG1>")])
+    tok = Tokenizer(spec)
+    ids = [tok.token_to_id[t] for t in ("<0xc3>", "<0xa9>", "<0x+A>", "<0xG1>", "<0xC3>", "<0xA9>", "a")]
+    reference = tokenizers.Tokenizer.from_str(json.dumps(spec))
+    for skip in (False, True):
+        assert tok.decode(ids, skip_special_tokens=skip) == reference.decode(ids, skip_special_tokens=skip)
+        assert streamed(tok, ids, skip) == reference.decode(ids, skip_special_tokens=skip)
+
+
 def test_token_bytes_agree_with_decode_in_mid_sequence(bases, tmp_path):
     """token_bytes(i) is exactly what token i adds between two others, under every decoder that rewrites
     single tokens (added tokens included: '<mask>' under a Prepend normalizer adds b'__<mask>')."""

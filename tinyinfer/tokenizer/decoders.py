@@ -23,7 +23,8 @@ from tinyinfer.tokenizer.byte_level import from_byte_level
 from tinyinfer.tokenizer.pre_tokenizers import compile_pattern
 
 Decoder = Callable[[list[str]], list[str]]
-BYTE_TOKEN = regex.compile(r"<0x([0-9A-F]{2})>")
+# A byte token as the reference reads one: six characters, two hex digits of any case (or Rust's '+A').
+BYTE_TOKEN = regex.compile(r"<0x([0-9A-Fa-f]{2}|\+[0-9A-Fa-f])>")
 
 
 def byte_level(tokens: list[str]) -> list[str]:

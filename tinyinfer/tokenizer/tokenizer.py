@@ -71,7 +71,7 @@ class Tokenizer:
         self.skipped_ids = frozenset(i for i, t in enumerate(self.id_to_token) if t in special_texts)
         # ids a ByteFallback decoder reads as raw bytes (<0x41>); a streaming decoder waits for their run to end
         has_byte_fallback = any(step.get("type") == "ByteFallback" for step in decoder_steps(spec.get("decoder")))
-        self.byte_fallback_ids = frozenset(i for t, i in self.model.vocab.items() if has_byte_fallback and BYTE_TOKEN.fullmatch(t))
+        self.byte_fallback_ids = frozenset(i for i, t in enumerate(self.id_to_token) if has_byte_fallback and t and BYTE_TOKEN.fullmatch(t))
         self.bos_token_id = self._special_id(bos_token, BOS_NAMES)
         self.eos_token_id = self._special_id(eos_token, EOS_NAMES)
 
