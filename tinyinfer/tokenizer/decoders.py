@@ -20,7 +20,7 @@ import regex
 
 from tinyinfer.errors import TinyInferError
 from tinyinfer.tokenizer.byte_level import from_byte_level
-from tinyinfer.tokenizer.pre_tokenizers import compile_pattern
+from tinyinfer.tokenizer.pre_tokenizers import compile_pattern, prepend_scheme
 
 Decoder = Callable[[list[str]], list[str]]
 # A byte token as the reference reads one: six characters, two hex digits of any case (or Rust's '+A').
@@ -137,8 +137,7 @@ def build_decoder(spec: dict | None) -> Decoder | None:
     if kind == "Replace":
         return replace(spec)
     if kind == "Metaspace":
-        scheme = spec.get("prepend_scheme", "always" if spec.get("add_prefix_space", True) else "never")
-        return metaspace(spec.get("replacement", "▁"), scheme != "never")
+        return metaspace(spec.get("replacement", "▁"), prepend_scheme(spec) != "never")
     if kind == "WordPiece":
         return word_piece(spec.get("prefix", "##"), spec.get("cleanup", True))
     if kind == "BPEDecoder":

@@ -204,6 +204,14 @@ def compile_pattern(spec: dict) -> regex.Pattern:
     raise TinyInferError(f"unknown pattern {spec!r} in tokenizer.json; expected {{'String': ...}} or {{'Regex': ...}}")
 
 
+def prepend_scheme(spec: dict) -> str:
+    """A Metaspace entry's prepend_scheme; older files say add_prefix_space (true: "always")."""
+    scheme = spec.get("prepend_scheme", "always" if spec.get("add_prefix_space", True) else "never")
+    if scheme not in ("always", "first", "never"):
+        raise TinyInferError(f"Metaspace prepend_scheme {scheme!r} in tokenizer.json is unknown; expected always, first or never")
+    return scheme
+
+
 def build_pre_tokenizer(spec: dict | None):
     """The pre-tokenizer a tokenizer.json "pre_tokenizer" entry describes (None: the whole text is one piece)."""
     if spec is None:
@@ -232,8 +240,7 @@ def build_pre_tokenizer(spec: dict | None):
     if kind == "FixedLength":  # pieces of `length` characters
         return Split(regex.compile(f"(?s:.{{1,{spec.get('length', 5)}}})"), "Isolated")
     if kind == "Metaspace":
-        scheme = spec.get("prepend_scheme", "always" if spec.get("add_prefix_space", True) else "never")
-        return Metaspace(spec.get("replacement", "▁"), scheme, spec.get("split", True))
+        return Metaspace(spec.get("replacement", "▁"), prepend_scheme(spec), spec.get("split", True))
     raise TinyInferError(f"tokenizer.json uses the pre-tokenizer {kind!r}, which tinyinfer does not implement "
                          "(supported: ByteLevel, Split, Digits, Punctuation, Whitespace, WhitespaceSplit, BertPreTokenizer, "
                          "CharDelimiterSplit, FixedLength, Metaspace, Sequence)")
