@@ -164,6 +164,11 @@ def template(single: str) -> dict:
             "special_tokens": {name: {"id": name, "ids": [i], "tokens": [name]} for name, i in ids.items()}}
 
 
+def added(content: str, **flags) -> dict:
+    return {"content": content, "lstrip": False, "rstrip": False, "single_word": False, "normalized": False,
+            "special": False, **flags}
+
+
 BERT_NORMALIZER = {"type": "BertNormalizer", "clean_text": True, "handle_chinese_chars": True, "strip_accents": None, "lowercase": True}
 CASES = {
     # byte-level BPE (GPT-2 style)
@@ -178,6 +183,7 @@ CASES = {
     "merges_as_strings": ("byte_level", {"model": {"merges": "strings"}}),
     "ignore_merges": ("byte_level", {"model": {"ignore_merges": True}}),
     "no_added_tokens": ("byte_level", {"added": []}),
+    "whitespace_run_tokens": ("byte_level", {"added": [added(" " * n, normalized=True) for n in range(2, 9)] + [added("\t\t")]}),
     # normalizers
     **{f"normalizer_{kind}": ("byte_level", {"normalizer": {"type": kind}}) for kind in ("NFC", "NFD", "NFKC", "NFKD", "Lowercase", "Nmt")},
     "normalizer_strip": ("byte_level", {"normalizer": {"type": "Strip", "strip_left": True, "strip_right": True}}),
@@ -222,6 +228,10 @@ CASES = {
         "normalizer": None, "pre_tokenizer": metaspace(scheme, split_words),
         "decoder": {"type": "Sequence", "decoders": [metaspace(scheme, split_words), {"type": "ByteFallback"}, {"type": "Fuse"}]}})
        for scheme in ("always", "first", "never") for split_words in (True, False)},
+    "mistral": ("llama", {"normalizer": None, "pre_tokenizer": metaspace("first", False), "decoder": llama_decoder(),
+                          "post_processor": template("<s> $A")}),
+    "gemma": ("llama", {"normalizer": {"type": "Replace", "pattern": {"String": " "}, "content": "▁"},
+                        "decoder": {"type": "Sequence", "decoders": llama_decoder()["decoders"][:3]}}),
     "metaspace_after_split": ("llama", {"normalizer": None, "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
         {"type": "Digits", "individual_digits": True}, metaspace("first", True)]}, "decoder": metaspace("first", True)}),
     "metaspace_after_strip": ("llama", {"normalizer": {"type": "Strip", "strip_left": True, "strip_right": False},
@@ -302,11 +312,6 @@ def test_metaspace_first_marks_only_text_at_offset_zero(bases, tmp_path):
         spec = variant(bases["llama"], normalizer=normalizer, decoder=metaspace("first", True),
                        pre_tokenizer={"type": "Sequence", "pretokenizers": [*pre_tokenizers, metaspace("first", True)]})
         check(spec, tmp_path, [" Hello world", "\t\tHello", "Hello", "<s> Hello"])
-
-
-def added(content: str, **flags) -> dict:
-    return {"content": content, "lstrip": False, "rstrip": False, "single_word": False, "normalized": False,
-            "special": False, **flags}
 
 
 def test_added_token_after_one_that_took_its_whitespace(bases, tmp_path):
