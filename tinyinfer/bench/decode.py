@@ -26,6 +26,7 @@ import numpy as np
 from tqdm import tqdm
 
 import tinyinfer
+from tinyinfer.commands import at_least
 from tinyinfer.errors import TinyInferError
 from tinyinfer.memory import measure_copy_bandwidth, param_count
 
@@ -39,10 +40,10 @@ RANDOM_SHAPES = {  # name -> (transformers config class, its arguments)
 def add_arguments(parser) -> None:
     parser.add_argument("--model", help="model folder, llama2.c file, built-in name or repo id (default: built-in)")
     parser.add_argument("--random", choices=sorted(RANDOM_SHAPES), help="build a random-weight checkpoint of this shape")
-    parser.add_argument("--prompt-tokens", type=int, default=128, help="prompt length for the prefill measurement")
-    parser.add_argument("--tokens", type=int, default=64, help="decode steps to time")
-    parser.add_argument("--threads", type=int, default=os.cpu_count(), help="threads for PyTorch (NumPy uses OpenBLAS's)")
-    parser.add_argument("--rounds", type=int, default=5, help="alternating timing rounds; the best of each runtime counts")
+    parser.add_argument("--prompt-tokens", type=at_least(1), default=128, help="prompt length for the prefill measurement")
+    parser.add_argument("--tokens", type=at_least(1), default=64, help="decode steps to time")
+    parser.add_argument("--threads", type=at_least(1), default=os.cpu_count(), help="threads for PyTorch (NumPy uses OpenBLAS's)")
+    parser.add_argument("--rounds", type=at_least(1), default=5, help="alternating timing rounds; the best of each runtime counts")
     parser.add_argument("--no-hf", action="store_true", help="skip the transformers comparison")
 
 
@@ -113,8 +114,6 @@ def best_of_rounds(timers: dict, rounds: int) -> dict:
 
 
 def run(args) -> int:
-    if args.tokens < 1 or args.prompt_tokens < 1 or args.rounds < 1:
-        raise TinyInferError("--tokens, --prompt-tokens and --rounds must be at least 1")
     with tempfile.TemporaryDirectory() as tmp:
         source = build_random_checkpoint(args.random, Path(tmp)) if args.random else args.model
         model = tinyinfer.load(source)

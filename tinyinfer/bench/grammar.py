@@ -33,6 +33,7 @@ from tqdm import tqdm
 from tinyinfer.constrain.automaton import compile_grammar
 from tinyinfer.constrain.json_schema import schema_to_grammar
 from tinyinfer.constrain.mask import Constraint, TokenMasker, Vocabulary
+from tinyinfer.commands import at_least
 from tinyinfer.errors import TinyInferError
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
@@ -42,8 +43,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--schemas", default=str(SHARED / "jsonschema"), help="folder of *.jsonl schema files")
     parser.add_argument("--tokenizer", default=str(SHARED / "tokenizers" / "gpt2" / "tokenizer.json"),
                         help="tokenizer whose vocabulary the masks cover (default: GPT-2, 50,257 tokens)")
-    parser.add_argument("--tokens", type=int, default=48, help="random steps walked per schema")
-    parser.add_argument("--timed-per-subset", type=int, default=4,
+    parser.add_argument("--tokens", type=at_least(1), default=48, help="random steps walked per schema")
+    parser.add_argument("--timed-per-subset", type=at_least(1), default=4,
                         help="schemas per subset compiled against the vocabulary and walked (coverage uses all)")
     parser.add_argument("--engines", default="tinyinfer,llguidance,xgrammar", help="comma-separated")
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 import tinyinfer
+from tinyinfer.commands import at_least
 from tinyinfer.errors import TinyInferError
 from tinyinfer.memory import param_count
 from tinyinfer.model import SeqChunk
@@ -32,8 +33,8 @@ PAIR_SHAPE = dict(d=512, layers=4, experts=8, top_k=2, expert_width=1024, vocab=
 def add_arguments(parser) -> None:
     parser.add_argument("--moe", help="a Mixture-of-Experts model (default: build a random Mixtral-shaped one)")
     parser.add_argument("--dense", help="a dense model to compare with (default: build one with equal active parameters)")
-    parser.add_argument("--prompt-tokens", type=int, default=64, help="prompt length for the prefill measurement")
-    parser.add_argument("--tokens", type=int, default=64, help="decode steps to time")
+    parser.add_argument("--prompt-tokens", type=at_least(1), default=64, help="prompt length for the prefill measurement")
+    parser.add_argument("--tokens", type=at_least(1), default=64, help="decode steps to time")
 
 
 def build_pair(folder: Path, d: int, layers: int, experts: int, top_k: int, expert_width: int,
@@ -80,8 +81,6 @@ def time_alternating(models: dict, prompt: list[int], n_tokens: int, repeats: in
 
 
 def run(args) -> int:
-    if args.tokens < 1 or args.prompt_tokens < 1:
-        raise TinyInferError("--tokens and --prompt-tokens must be at least 1")
     if (args.moe is None) != (args.dense is None):
         raise TinyInferError("give both --moe and --dense, or neither (then a matched pair is built)")
     with tempfile.TemporaryDirectory() as tmp:

@@ -32,6 +32,7 @@ from tqdm import tqdm
 
 import tinyinfer
 from tinyinfer.engine import LLM
+from tinyinfer.commands import at_least, positive_number
 from tinyinfer.errors import TinyInferError
 from tinyinfer.sampling import Sampler, SamplingParams, sequence_rngs
 
@@ -71,20 +72,20 @@ def add_arguments(parser) -> None:
     parser.add_argument("--model", default=None, help="built-in name, model folder, llama2.c .bin, or HF repo id "
                         "(default: the built-in model)")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    parser.add_argument("--requests", type=int, default=128,
+    parser.add_argument("--requests", type=at_least(1), default=128,
                         help="requests in the workload (several times the concurrency, so the batch is mostly full)")
-    parser.add_argument("--concurrency", type=int, default=32, help="sequences the engine runs at once")
-    parser.add_argument("--rate", type=float, default=100.0, help="Poisson arrival rate, requests per second")
+    parser.add_argument("--concurrency", type=at_least(1), default=32, help="sequences the engine runs at once")
+    parser.add_argument("--rate", type=positive_number, default=100.0, help="Poisson arrival rate, requests per second")
     parser.add_argument("--prompt-len", default="16:128", help="prompt lengths, uniform in MIN:MAX tokens")
     parser.add_argument("--output-len", default="16:128", help="max_tokens, uniform in MIN:MAX (EOS may end sooner)")
     parser.add_argument("--temperature", type=float, default=0.8)
-    parser.add_argument("--block-size", type=int, default=16)
-    parser.add_argument("--max-batched-tokens", type=int, default=512, help="the engine's per-step token budget")
-    parser.add_argument("--prefix-len", type=int, default=512, help="shared prefix length for the prefix-cache test")
-    parser.add_argument("--prefix-requests", type=int, default=16)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--blas-threads", type=int, default=1, help="matrix-library threads, the same for every mode")
-    parser.add_argument("--rounds", type=int, default=2,
+    parser.add_argument("--block-size", type=at_least(1), default=16)
+    parser.add_argument("--max-batched-tokens", type=at_least(1), default=512, help="the engine's per-step token budget")
+    parser.add_argument("--prefix-len", type=at_least(1), default=512, help="shared prefix length for the prefix-cache test")
+    parser.add_argument("--prefix-requests", type=at_least(1), default=16)
+    parser.add_argument("--seed", type=at_least(0), default=0)
+    parser.add_argument("--blas-threads", type=at_least(1), default=1, help="matrix-library threads, the same for every mode")
+    parser.add_argument("--rounds", type=at_least(1), default=2,
                         help="runs of each mode, the modes taking turns; the fastest run of each is reported "
                         "(other work on the machine slows a run down at random, it never speeds one up)")
 
@@ -93,8 +94,6 @@ def run(args) -> int:
     """Every mode gets the same BLAS threads. One by default: on a machine shared with other work, a threaded
     BLAS waits for a busy core inside every product, so small products (a short prefill, a decode step of
     one row) turn many times slower at random and the figures would measure the machine's load."""
-    if args.blas_threads < 1:
-        raise TinyInferError("--blas-threads must be at least 1")
     with threadpool_limits(limits=args.blas_threads, user_api="blas"):
         return serve_and_report(args, f"BLAS threads: {args.blas_threads} for every mode")
 
@@ -111,8 +110,6 @@ def serve_and_report(args, blas: str) -> int:
           f"tokens, max_tokens {args.output_len}, temperature {args.temperature:g}, EOS allowed; "
           f"engine: {args.concurrency} concurrent sequences, blocks of {args.block_size}, "
           f"{args.max_batched_tokens} tokens per step; {blas}")
-    if args.rounds < 1:
-        raise TinyInferError(f"--rounds {args.rounds}: give at least 1")
     rounds = [serve_all_modes(model, workload, engine) for _ in range(args.rounds)]
     (sequential, _), (static, _), (continuous, continuous_llm) = (
         max(runs, key=lambda run: run[0].throughput) for runs in zip(*rounds))  # the fastest run of each mode

@@ -20,6 +20,7 @@ import time
 import numpy as np
 
 import tinyinfer
+from tinyinfer.commands import at_least
 from tinyinfer.errors import TinyInferError
 from tinyinfer.model import SeqChunk
 
@@ -27,11 +28,11 @@ from tinyinfer.model import SeqChunk
 def add_arguments(parser) -> None:
     parser.add_argument("--model", default="shakespeare", help="the target model (default: built-in shakespeare)")
     parser.add_argument("--draft", default="shakespeare-draft", help="the draft model (default: shakespeare-draft)")
-    parser.add_argument("-k", type=int, nargs="+", default=[1, 2, 4], help="guesses per round to try")
-    parser.add_argument("--tokens", type=int, default=200, help="tokens to generate per run")
+    parser.add_argument("-k", type=at_least(1), nargs="+", default=[1, 2, 4], help="guesses per round to try")
+    parser.add_argument("--tokens", type=at_least(1), default=200, help="tokens to generate per run")
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--prompt", default="ROMEO:", help="prompt text")
-    parser.add_argument("--rounds", type=int, default=3, help="runs of each setting, in turns; the fastest is kept")
+    parser.add_argument("--rounds", type=at_least(1), default=3, help="runs of each setting, in turns; the fastest is kept")
 
 
 def time_generate(target, prompt: str, n: int, temperature: float, **speculation):
@@ -61,8 +62,6 @@ def step_costs(target, draft, prompt_ids: list[int], ks: list[int], repeats: int
 
 
 def run(args) -> int:
-    if args.tokens < 1 or args.rounds < 1 or min(args.k) < 1:
-        raise TinyInferError("--tokens, --rounds and every -k must be at least 1")
     target, draft = tinyinfer.load(args.model), tinyinfer.load(args.draft)
     if target.tokenizer is None:
         raise TinyInferError(f"{args.model} has no tokenizer: this benchmark prompts with text")

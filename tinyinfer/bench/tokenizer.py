@@ -15,6 +15,7 @@ import os
 import time
 from pathlib import Path
 
+from tinyinfer.commands import at_least
 from tinyinfer.errors import TinyInferError
 from tinyinfer.tokenizer import Tokenizer
 
@@ -26,7 +27,7 @@ def add_arguments(parser) -> None:
                         help="tokenizer.json or model folder (default: GPT-2 from ../shared/data)")
     parser.add_argument("--text", default=str(SHARED / "corpora" / "tinyshakespeare.txt"),
                         help="UTF-8 text file to encode (default: tinyshakespeare from ../shared/data)")
-    parser.add_argument("--repeats", type=int, default=3, help="runs per measurement; the best is kept")
+    parser.add_argument("--repeats", type=at_least(1), default=3, help="runs per measurement; the best is kept")
 
 
 def best_time(fn, repeats: int) -> tuple[float, object]:

@@ -15,6 +15,7 @@ import tinyinfer
 from tinyinfer.chat import ChatTemplate
 from tinyinfer.commands.generate import add_sampling_arguments, print_logprobs, print_stats, sampling_overrides, write_stream
 from tinyinfer.errors import TinyInferError
+from tinyinfer.generation import resolve_params
 
 
 def add_arguments(parser) -> None:
@@ -25,6 +26,7 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     template = ChatTemplate.for_model(args.model)  # fail before loading the weights if there is none
     model = tinyinfer.load(args.model, device=args.device)
+    resolve_params(model, None, sampling_overrides(args))  # bad flags fail now, not at every turn
     opening = [{"role": "system", "content": args.system}] if args.system else []
     messages = list(opening)
     print("chat: type a message; /reset starts over, /exit or Ctrl-D quits", file=sys.stderr)
@@ -33,6 +35,9 @@ def run(args) -> int:
             line = input("> ")
         except EOFError:
             break
+        except UnicodeDecodeError as e:  # the terminal sent bytes that are not UTF-8: ask again
+            print(f"error: that line is not valid UTF-8 ({e.reason}): type it again", file=sys.stderr)
+            continue
         if line.strip() == "/exit":
             break
         if line.strip() == "/reset":

@@ -11,10 +11,12 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+from tinyinfer.commands import at_least
 from tinyinfer.course.exercises import chapter_file, find_exercises, select_exercises, split_selection
 from tinyinfer.course.grading import grade_workspace
 from tinyinfer.course.verify import table, verify_exercises
 from tinyinfer.course.workspace import project_root, read_state, start_workspace
+from tinyinfer.errors import TinyInferError
 
 
 def add_arguments(parser) -> None:
@@ -34,7 +36,7 @@ def add_arguments(parser) -> None:
     check.set_defaults(run=run_check)
 
     verify = sub.add_parser("verify", help="prove the grading: the reference passes, each stubbed exercise fails")
-    verify.add_argument("--jobs", type=int, default=2, help="stubbed workspaces graded at once (default 2)")
+    verify.add_argument("--jobs", type=at_least(1), default=2, help="stubbed workspaces graded at once (default 2)")
     verify.set_defaults(run=run_verify)
 
 
@@ -50,6 +52,8 @@ def run_list(args) -> int:
 
 
 def run_start(args) -> int:
+    if args.dir.exists() and not args.dir.is_dir():
+        raise TinyInferError(f"{args.dir} is a file: give a new directory for the workspace")
     root = project_root()
     chosen = select_exercises(find_exercises(root), args.only, args.chapter)
     workspace = start_workspace(root, args.dir, chosen)

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+from tinyinfer.commands import at_least, positive_number
 from tinyinfer.errors import TinyInferError
 from tinyinfer.memory import (BYTES_PER_PARAM, decode_bound_tokens_per_s, kv_bytes_per_token, param_count,
                               weight_bytes)
@@ -13,14 +14,16 @@ from tinyinfer.memory import (BYTES_PER_PARAM, decode_bound_tokens_per_s, kv_byt
 
 def add_arguments(parser) -> None:
     parser.add_argument("--model", help="built-in name, model folder, config.json or llama2.c .bin (only the config is read)")
-    parser.add_argument("--params", type=float, help="parameter count, when no --model (e.g. 70e9)")
-    parser.add_argument("--layers", type=int, help="number of layers, when no --model")
-    parser.add_argument("--kv-heads", type=int, help="number of KV heads, when no --model")
-    parser.add_argument("--head-dim", type=int, help="head dimension, when no --model")
-    parser.add_argument("--context", type=int, default=None, help="tokens per sequence (default: the context window)")
-    parser.add_argument("--batch", type=int, default=1, help="concurrent sequences")
+    parser.add_argument("--params", type=positive_number, help="parameter count, when no --model (e.g. 70e9)")
+    parser.add_argument("--layers", type=at_least(1), help="number of layers, when no --model")
+    parser.add_argument("--kv-heads", type=at_least(1), help="number of KV heads, when no --model")
+    parser.add_argument("--head-dim", type=at_least(1), help="head dimension, when no --model")
+    parser.add_argument("--context", type=at_least(1), default=None,
+                        help="tokens per sequence (default: the context window; at most the context window with --model)")
+    parser.add_argument("--batch", type=at_least(1), default=1, help="concurrent sequences")
     parser.add_argument("--dtype", default="fp16", choices=sorted(BYTES_PER_PARAM), help="dtype of weights and KV cache")
-    parser.add_argument("--bandwidth", type=float, default=3000.0, help="memory bandwidth in GB/s (default 3000, a datacentre GPU)")
+    parser.add_argument("--bandwidth", type=positive_number, default=3000.0,
+                        help="memory bandwidth in GB/s (default 3000, a datacentre GPU)")
 
 
 def describe(n_params: int, layers: int, kv_heads: int, head_dim: int, context: int, batch: int, dtype: str,
@@ -70,14 +73,17 @@ def run(args) -> int:
             numbers.update(active_params=active, extra={"active per token": f"{active:,} ({active / 1e9:.3g} B; top-"
                            f"{cfg.n_experts_per_tok} of {cfg.n_experts} experts per MoE layer)"})
         context = args.context or cfg.max_seq_len
+        if context > cfg.max_seq_len:
+            raise TinyInferError(f"--context {context:,} is beyond the model's context window of {cfg.max_seq_len:,} "
+                                 f"tokens: give at most {cfg.max_seq_len}, or drop --model to size any context")
     else:
         missing = [flag for flag, value in (("--params", args.params), ("--layers", args.layers),
-                                            ("--kv-heads", args.kv_heads), ("--head-dim", args.head_dim)) if not value]
+                                            ("--kv-heads", args.kv_heads), ("--head-dim", args.head_dim)) if value is None]
         if missing:
             raise TinyInferError(f"give --model, or all of --params --layers --kv-heads --head-dim (missing {' '.join(missing)})")
+        if args.params < 1:
+            raise TinyInferError(f"--params {args.params:g} is below one parameter: give the count, e.g. 70e9")
         numbers = dict(n_params=int(args.params), layers=args.layers, kv_heads=args.kv_heads, head_dim=args.head_dim)
         context = args.context or 4096
-    if context < 1 or args.batch < 1 or args.bandwidth <= 0:
-        raise TinyInferError("--context, --batch and --bandwidth must be positive")
     print("\n".join(describe(**numbers, context=context, batch=args.batch, dtype=args.dtype, bandwidth_gb_s=args.bandwidth)))
     return 0

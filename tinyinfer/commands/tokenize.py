@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import sys
 
+from tinyinfer.commands import at_least
+from tinyinfer.errors import TinyInferError
 from tinyinfer.resolve import resolve_model
+from tinyinfer.sampling import check_text
 from tinyinfer.tokenizer import Tokenizer
 
 
@@ -21,7 +24,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--model", default=None, help="tokenizer.json, model folder, llama2.c tokenizer.bin, built-in name "
                         "or HF repo id (default: the built-in model)")
     parser.add_argument("--no-special", action="store_true", help="do not add BOS/EOS (add_special_tokens=False)")
-    parser.add_argument("--max-rows", type=int, default=200, help="print at most this many token rows (the counts cover all)")
+    parser.add_argument("--max-rows", type=at_least(0), default=200,
+                        help="print at most this many token rows (the counts cover all)")
 
 
 def load_tokenizer(model: str | None) -> Tokenizer:
@@ -37,8 +41,16 @@ def shown(data: bytes) -> str:
         return repr(data)
 
 
+def read_text(text: str | None) -> str:
+    """The text argument, or stdin for None and '-'; either must be UTF-8."""
+    try:
+        return check_text(sys.stdin.read() if text in (None, "-") else text, "the text")
+    except UnicodeDecodeError as e:
+        raise TinyInferError(f"stdin is not valid UTF-8 ({e.reason} at byte {e.start}): pass UTF-8 text") from None
+
+
 def run(args) -> int:
-    text = sys.stdin.read() if args.text in (None, "-") else args.text
+    text = read_text(args.text)
     tok = load_tokenizer(args.model)
     ids = tok.encode(text, add_special_tokens=not args.no_special)
     print(f"{'#':>5} {'id':>7}  {'piece':<24} text")
