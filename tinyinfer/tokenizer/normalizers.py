@@ -5,6 +5,10 @@ one, which recent tokenizer.json files spell as a normalizer sequence:
 
     build_normalizer({"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "▁"},
         {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}]})("Hello world") -> '▁Hello▁world'
+
+Character classes come from Python's Unicode tables (unicodedata, the regex module); the reference's Rust
+crates carry other Unicode versions (older ones for marks and controls, a newer one for case), so a
+character assigned in the last few versions (U+0897, U+11A47, U+A7CB) may be normalized differently.
 """
 
 from __future__ import annotations
