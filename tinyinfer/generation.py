@@ -31,10 +31,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterator
 
+import numpy as np
+
 from tinyinfer.errors import TinyInferError
 from tinyinfer.lora import check_adapter
 from tinyinfer.model import SeqChunk
-from tinyinfer.sampling import Sampler, SamplingParams, TokenChoice, sequence_rngs
+from tinyinfer.sampling import Sampler, SamplingParams, TokenChoice, check_text, sequence_rngs
 from tinyinfer.speculative import SpeculationStats, check_draft, speculative_tokens
 from tinyinfer.stopping import StopMatcher
 
@@ -93,21 +95,36 @@ def encode_prompt(model, prompt, add_special_tokens: bool = True) -> list[int]:
     """Token ids of a prompt given as text (encoded with the model's tokenizer) or as ids.
 
     A rendered chat template already holds its special tokens, so it is encoded with add_special_tokens=False.
+    Anything else is refused here, before any work: a prompt of no tokens, ids outside the vocabulary (they
+    would index past the embedding table), text that is not valid UTF-8.
     """
     if isinstance(prompt, str):
         if model.tokenizer is None:
             raise TinyInferError("this model has no tokenizer: pass token ids, or load it with tokenizer=PATH")
-        return model.tokenizer.encode(prompt, add_special_tokens=add_special_tokens)
-    ids = [int(i) for i in prompt]
+        ids = model.tokenizer.encode(check_text(prompt, "the prompt"), add_special_tokens=add_special_tokens)
+        if not ids:
+            raise TinyInferError("the prompt is empty and the tokenizer adds no BOS token to start from: give some text")
+        return ids
+    if isinstance(prompt, (bytes, bytearray)) or not hasattr(prompt, "__iter__"):
+        raise TinyInferError(f"the prompt is a {type(prompt).__name__}: give text (str) or a list of token ids")
+    ids = list(prompt)
     if not ids:
         raise TinyInferError("the prompt is empty: give at least one token")
-    return ids
+    vocab_size = model.config.vocab_size
+    for i in ids:
+        if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)) or not 0 <= i < vocab_size:
+            raise TinyInferError(f"the prompt holds {i!r}, which is not a token id of this model: "
+                                 f"ids must be integers in [0, {vocab_size - 1}]")
+    return [int(i) for i in ids]
 
 
 def resolve_params(model, params: SamplingParams | None, overrides: dict) -> SamplingParams:
     """The request's SamplingParams: given ones, or the checkpoint's defaults with keyword overrides."""
     if params is None:
         params = SamplingParams.from_generation_config(model.generation_config, **overrides)
+    elif not isinstance(params, SamplingParams):
+        raise TinyInferError(f"sampling parameters must be a SamplingParams, not {type(params).__name__}: write "
+                             "SamplingParams(temperature=0.7, ...) or pass the fields as keywords")
     elif overrides:
         raise TinyInferError("pass either a SamplingParams object or keyword parameters, not both")
     return params.validate_for(model.config.vocab_size)
@@ -244,6 +261,9 @@ def generate(model, prompt, params: SamplingParams | None = None, *, stream: boo
         if lora is not None:
             raise TinyInferError("speculative decoding with a LoRA adapter is not supported (the draft model has no "
                                  "adapter): drop the draft, or merge the adapter into the model first")
+        if not isinstance(draft, type(model)):
+            raise TinyInferError(f"draft must be a Model like the one it helps, not {type(draft).__name__}: "
+                                 "load it first, e.g. draft=tinyinfer.load('shakespeare-draft')")
         check_draft(model, draft, constraint, len(prompt_ids) + params.max_tokens)
         if not isinstance(num_speculative_tokens, int) or isinstance(num_speculative_tokens, bool) or num_speculative_tokens < 1:
             raise TinyInferError(f"num_speculative_tokens={num_speculative_tokens!r} (--speculate) is invalid: give an integer >= 1")
@@ -264,6 +284,9 @@ def generate(model, prompt, params: SamplingParams | None = None, *, stream: boo
 def _constraint_factory(constraint, n: int):
     if constraint is None or callable(constraint):
         return constraint or (lambda: None)
+    if not all(hasattr(constraint, method) for method in ("allowed_mask", "advance", "is_complete")):
+        raise TinyInferError(f"constraint {constraint!r:.60} is not a constraint: give an object with allowed_mask(), "
+                             "advance(id) and is_complete() (see tinyinfer/constrain/), or a function that makes one")
     if n > 1:
         raise TinyInferError("with n > 1 each sample needs its own constraint: pass a function that builds one")
     return lambda: constraint

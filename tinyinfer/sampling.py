@@ -65,21 +65,21 @@ class SamplingParams:
     n: int = 1  # independent samples of the same prompt
 
     def __post_init__(self):
-        self.temperature = _number("temperature", self.temperature, 0, math.inf, "must be >= 0 (0 = greedy)")
+        self.temperature = _number("temperature", self.temperature, 0, math.inf, "must be a finite number >= 0 (0 = greedy)")
         self.top_k = _integer("top_k", self.top_k, 0, "must be an integer >= 0 (0 = off)")
         self.top_p = _number("top_p", self.top_p, 0, 1, "must be in (0, 1] (1 keeps every token)", low_open=True)
         self.min_p = _number("min_p", self.min_p, 0, 1, "must be in [0, 1] (0 = off)")
         self.repetition_penalty = _number(
-            "repetition_penalty", self.repetition_penalty, 0, math.inf, "must be > 0 (1 = off)", low_open=True
+            "repetition_penalty", self.repetition_penalty, 0, math.inf, "must be a finite number > 0 (1 = off)",
+            low_open=True,
         )
         self.presence_penalty = _number("presence_penalty", self.presence_penalty, -2, 2, "must be in [-2, 2]")
         self.frequency_penalty = _number("frequency_penalty", self.frequency_penalty, -2, 2, "must be in [-2, 2]")
         self.logit_bias = _logit_bias(self.logit_bias)
         self.max_tokens = _integer("max_tokens", self.max_tokens, 1, "must be an integer >= 1")
         self.stop = _stop_strings(self.stop)
-        self.stop_token_ids = [
-            _integer("stop_token_ids", i, 0, "must hold token ids (integers >= 0)") for i in self.stop_token_ids or []
-        ]
+        self.stop_token_ids = _token_ids("stop_token_ids", self.stop_token_ids)
+        self.ignore_eos = _flag("ignore_eos", self.ignore_eos)
         if self.seed is not None:
             self.seed = _integer("seed", self.seed, 0, "must be an integer >= 0, or None for a random seed")
         if self.logprobs is not None:
@@ -91,7 +91,7 @@ class SamplingParams:
         return self.temperature == 0
 
     def validate_for(self, vocab_size: int) -> SamplingParams:
-        """Check the fields that name token ids against a model's vocabulary; return self.
+        """Check the fields that depend on a model's vocabulary (token ids, logprobs); return self.
 
         >>> SamplingParams(logit_bias={7: 5.0}).validate_for(5)
         Traceback (most recent call last):
@@ -104,6 +104,9 @@ class SamplingParams:
                     raise TinyInferError(
                         f"{name} names token id {token_id}, outside the vocabulary: ids must be in [0, {vocab_size - 1}]"
                     )
+        if self.logprobs is not None and self.logprobs > vocab_size:
+            raise TinyInferError(f"logprobs={self.logprobs} asks for more alternatives than the vocabulary has "
+                                 f"({vocab_size} tokens): give at most {vocab_size}")
         return self
 
     @classmethod
@@ -121,6 +124,9 @@ class SamplingParams:
         0.8
         """
         config = config or {}
+        if not isinstance(config, dict):
+            raise TinyInferError(f"generation_config.json holds {type(config).__name__} {config!r:.40}, not a JSON "
+                                 "object: fix the file or delete it (it only sets sampling defaults)")
         values = {"temperature": 0.0} if not config.get("do_sample", False) else {}
         for hf_name, name in _GENERATION_CONFIG_FIELDS.items():
             if config.get(hf_name) is not None and name not in values:
@@ -146,9 +152,10 @@ _GENERATION_CONFIG_FIELDS = {
 
 
 def _number(name, value, low, high, allowed, low_open=False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.number)) or math.isnan(value):
+    """A finite real number in [low, high] ((low, high] with low_open); `allowed` says so in the error."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or math.isnan(value):
         raise TinyInferError(f"{name}={value!r} is not a number: {name} {allowed}")
-    if value < low or value > high or (low_open and value == low):
+    if not math.isfinite(value) or value < low or value > high or (low_open and value == low):
         raise TinyInferError(f"{name}={value!r} is out of range: {name} {allowed}")
     return float(value)
 
@@ -159,6 +166,20 @@ def _integer(name, value, low, allowed) -> int:
     return int(value)
 
 
+def _flag(name, value) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise TinyInferError(f"{name}={value!r} is invalid: {name} must be True or False")
+    return bool(value)
+
+
+def _token_ids(name, ids) -> list[int]:
+    if ids is None:
+        return []
+    if isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
+        raise TinyInferError(f"{name}={ids!r} is invalid: give a list of token ids (integers >= 0)")
+    return [_integer(name, i, 0, "must hold token ids (integers >= 0)") for i in ids]
+
+
 def _logit_bias(bias) -> dict[int, float]:
     if bias is None:
         return {}
@@ -166,11 +187,9 @@ def _logit_bias(bias) -> dict[int, float]:
         raise TinyInferError(f"logit_bias={bias!r} is invalid: give a dict mapping token id -> bias in [-100, 100]")
     checked = {}
     for key, value in bias.items():
-        try:
-            token_id = int(key)  # JSON object keys arrive as strings, as in the OpenAI API
-        except (TypeError, ValueError):
-            raise TinyInferError(f"logit_bias key {key!r} is not a token id: keys must be integers >= 0") from None
-        _integer("logit_bias key", token_id, 0, "must be a token id (an integer >= 0)")
+        if isinstance(key, str) and key.lstrip("-").isdigit():
+            key = int(key)  # JSON object keys arrive as strings, as in the OpenAI API
+        token_id = _integer("logit_bias key", key, 0, "must be a token id (an integer >= 0)")
         checked[token_id] = _number(f"logit_bias[{token_id}]", value, -100, 100, "must be in [-100, 100]")
     return checked
 
@@ -184,7 +203,23 @@ def _stop_strings(stop) -> list[str]:
     for s in stop:
         if not isinstance(s, str) or not s:
             raise TinyInferError(f"stop={stop!r} holds {s!r}: every stop string must be a non-empty string")
+        check_text(s, "a stop string")
     return stop
+
+
+def check_text(text: str, what: str) -> str:
+    r"""`text`, if it can be encoded as UTF-8. Undecodable bytes of a command line reach Python as lone
+    surrogates ('\udcff'), which no tokenizer can encode: they are refused here, naming `what` they were.
+
+    >>> check_text("h\u00e9", "the prompt")
+    'hé'
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise TinyInferError(f"{what} is not valid UTF-8 text (character {e.start} is {text[e.start]!r}, "
+                             "from undecodable bytes): give UTF-8 text") from None
+    return text
 
 
 # ---------------------------------------------------------------------------------------------------------------

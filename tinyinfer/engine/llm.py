@@ -79,6 +79,12 @@ class EngineStats:
         return self.generated_tokens / self.elapsed_s if self.elapsed_s > 0 else 0.0
 
 
+def _count(name: str, value, hint: str = "") -> None:
+    """Refuse an engine size that is not a positive integer (True is not a count either)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise TinyInferError(f"{name}={value!r}: must be an integer >= 1{hint}")
+
+
 class LLM:
     """A serving engine around one Model: paged KV cache, prefix caching, continuous batching.
 
@@ -91,14 +97,17 @@ class LLM:
     def __init__(self, model, *, block_size: int = 16, n_blocks: int | None = None, max_num_seqs: int = 32,
                  max_num_batched_tokens: int = 512, chunked_prefill: bool = True, prefix_caching: bool = True,
                  static: bool = False):
-        if not isinstance(block_size, int) or block_size < 1:
-            raise TinyInferError(f"block_size={block_size!r}: must be an integer >= 1 (16 is usual)")
+        if not (hasattr(model, "forward") and hasattr(model, "config")):
+            raise TinyInferError(f"LLM needs a loaded Model, not {type(model).__name__}: write "
+                                 "LLM(tinyinfer.load('shakespeare')) (or a folder, file or repo id)")
+        _count("block_size", block_size, " (16 is usual)")
         self.model = model
+        config = SchedulerConfig(max_num_seqs, max_num_batched_tokens, chunked_prefill, prefix_caching, static)
         if n_blocks is None:  # room for every slot to hold a full context (up to DEFAULT_TOKENS_PER_SEQ)
             n_blocks = max_num_seqs * -(-min(model.config.max_seq_len, DEFAULT_TOKENS_PER_SEQ) // block_size)
+        _count("n_blocks", n_blocks, ", or None to size the pool for max_num_seqs full contexts")
         self.cache = PagedKVCache(model.config, n_blocks, block_size, model.dtype, model.xp)
-        self.scheduler = Scheduler(SchedulerConfig(max_num_seqs, max_num_batched_tokens, chunked_prefill,
-                                                   prefix_caching, static), self.cache)
+        self.scheduler = Scheduler(config, self.cache)
         self.requests: dict[str, list[Sequence]] = {}  # unfinished requests by id: their samples
         self.step_log: list[StepRecord] = []
         self.generated_tokens = 0
@@ -170,13 +179,23 @@ class LLM:
                  lora: str | list[str | None] | None = None, **overrides) -> list:
         """Run a batch of prompts to completion. One result per prompt, in order: a RequestOutput, or with
         n > 1 a list of n (as `model.generate` returns them). `lora`: one adapter name for all, or one each."""
+        if isinstance(prompts, (bytes, bytearray)) or not hasattr(prompts, "__iter__"):
+            raise TinyInferError(f"prompts must be a text, a list of texts or a list of token-id lists, "
+                                 f"not {type(prompts).__name__}")
         prompts = [prompts] if isinstance(prompts, str) else list(prompts)
         params = sampling_params if isinstance(sampling_params, list) else [sampling_params] * len(prompts)
         adapters = lora if isinstance(lora, list) else [lora] * len(prompts)
         if len(params) != len(prompts) or len(adapters) != len(prompts):
             raise TinyInferError(f"{len(params)} SamplingParams and {len(adapters)} adapters for {len(prompts)} "
                                  "prompts: give one, or one each")
-        ids = [self.add_request(prompt, p, lora=a, **overrides) for prompt, p, a in zip(prompts, params, adapters)]
+        ids = []
+        try:
+            for prompt, p, a in zip(prompts, params, adapters):
+                ids.append(self.add_request(prompt, p, lora=a, **overrides))
+        except TinyInferError:  # one bad request fails the whole batch: none of it stays queued
+            for request_id in ids:
+                self.abort(request_id)
+            raise
         finished: dict[str, dict[int, RequestOutput]] = {rid: {} for rid in ids}
         while self.has_unfinished():
             for out in self.step():

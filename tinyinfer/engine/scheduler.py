@@ -46,7 +46,8 @@ class SchedulerConfig:
 
     def __post_init__(self):
         for name in ("max_num_seqs", "max_num_batched_tokens"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise TinyInferError(f"{name}={getattr(self, name)!r}: must be an integer >= 1")
 
 
