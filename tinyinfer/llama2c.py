@@ -60,6 +60,8 @@ def read_header(data: bytes, path: Path) -> tuple[dict, int, bool]:
     if magic == MAGIC_V1:
         if version != 1:
             raise TinyInferError(f"{path}: llama2.c format version {version} is not supported (only legacy and 1)")
+        if len(data) < 256:
+            raise TinyInferError(f"{path} is truncated: a llama2.c version 1 header is 256 bytes, the file has {len(data)}")
         header = dict(zip(names, struct.unpack("<7i", data[8:36])))
         header["shared_classifier"] = bool(data[36])
         return header, 256, True
@@ -69,10 +71,31 @@ def read_header(data: bytes, path: Path) -> tuple[dict, int, bool]:
     return header, 28, False
 
 
-def _config(h: dict, path: Path) -> Config:
+def weight_count(h: dict, v1: bool) -> int:
+    """How many float32 numbers follow the header: the tensors `load_llama2c` reads, counted from the header.
+
+    >>> weight_count(dict(dim=8, hidden_dim=16, n_layers=1, n_heads=2, n_kv_heads=2, vocab_size=10, seq_len=4,
+    ...                   shared_classifier=True), v1=True)
+    744
+    """
+    d, f, L, V = h["dim"], h["hidden_dim"], h["n_layers"], h["vocab_size"]
+    kv_dim = h["n_kv_heads"] * (d // h["n_heads"])
+    per_layer = 2 * d + 2 * d * d + 2 * kv_dim * d + 3 * f * d  # norms, wq wo, wk wv, w1 w2 w3
+    rope_tables = 0 if v1 else h["seq_len"] * (d // h["n_heads"])  # legacy files keep cos and sin tables
+    return V * d + L * per_layer + d + rope_tables + (0 if h["shared_classifier"] else V * d)
+
+
+def _config(h: dict, path: Path, file_size: int, offset: int, v1: bool) -> Config:
+    """The Config of a header, after checking that it is consistent and that the file holds its weights
+    (an absurd header, like a billion layers, is refused before anything is sized by it)."""
     if min(h["dim"], h["hidden_dim"], h["n_layers"], h["n_heads"], h["n_kv_heads"], h["vocab_size"], h["seq_len"]) <= 0 \
-            or h["dim"] % h["n_heads"] or h["n_heads"] % h["n_kv_heads"]:
-        raise TinyInferError(f"{path} is not a llama2.c checkpoint: its header is inconsistent ({h})")
+            or h["dim"] % h["n_heads"] or h["n_heads"] % h["n_kv_heads"] or (h["dim"] // h["n_heads"]) % 2:
+        raise TinyInferError(f"{path} is not a llama2.c checkpoint: its header is inconsistent ({h}); give a .bin "
+                             "written by llama2.c's export.py, or a Hugging Face model folder")
+    needed = offset + 4 * weight_count(h, v1)
+    if file_size < needed:
+        raise TinyInferError(f"{path} is truncated or not a llama2.c checkpoint: its header describes {needed:,} "
+                             f"bytes, the file has {file_size:,}; re-export or re-download it")
     return Config(
         model_type="llama", vocab_size=h["vocab_size"], d_model=h["dim"], n_layers=h["n_layers"],
         n_heads=h["n_heads"], n_kv_heads=h["n_kv_heads"], head_dim=h["dim"] // h["n_heads"], d_ff=h["hidden_dim"],
@@ -85,7 +108,8 @@ def llama2c_config(path: Path) -> Config:
     """The Config in a llama2.c file's header (the weights are not read)."""
     with open(path, "rb") as f:
         head = f.read(256)
-    return _config(read_header(head, Path(path))[0], Path(path))
+    header, offset, v1 = read_header(head, Path(path))
+    return _config(header, Path(path), Path(path).stat().st_size, offset, v1)
 
 
 def load_llama2c(path: Path) -> tuple[Config, dict]:
@@ -93,7 +117,7 @@ def load_llama2c(path: Path) -> tuple[Config, dict]:
     path = Path(path)
     data = path.read_bytes()
     header, offset, v1 = read_header(data, path)
-    cfg = _config(header, path)
+    cfg = _config(header, path, len(data), offset, v1)
     r = _Reader(data, offset, path)
     d, f, L, V = cfg.d_model, cfg.d_ff, cfg.n_layers, cfg.vocab_size
     kv_dim = cfg.n_kv_heads * cfg.head_dim

@@ -15,6 +15,7 @@ A sharded checkpoint adds `model.safetensors.index.json`, whose `weight_map` say
 from __future__ import annotations
 
 import json
+import math
 import mmap
 import struct
 from pathlib import Path
@@ -52,6 +53,8 @@ class SafetensorsFile:
             raise TinyInferError(f"safetensors file not found: {path}") from e
         except ValueError as e:  # mmap of an empty file
             raise TinyInferError(f"{path} is empty: not a safetensors file") from e
+        except OSError as e:  # a folder, no permission...
+            raise TinyInferError(f"cannot read {path} ({e.strerror}): give a readable .safetensors file") from e
         self.header, self._data_start = self._read_header()
 
     def _read_header(self) -> tuple[dict, int]:
@@ -65,15 +68,36 @@ class SafetensorsFile:
             header = json.loads(self._buf[8 : 8 + n])
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise TinyInferError(f"{self.path} is not a safetensors file: its header is not JSON ({e})") from e
+        if not isinstance(header, dict):
+            raise TinyInferError(f"{self.path} is not a safetensors file: its header is not a JSON object")
         header.pop("__metadata__", None)
-        data_size = size - 8 - n
         for name, info in header.items():
-            start, end = info["data_offsets"]
-            if end > data_size:
-                raise TinyInferError(f"{self.path} is truncated: tensor {name!r} ends at byte {end} of {data_size}")
-            if info["dtype"] not in DTYPES:
-                raise TinyInferError(f"{self.path}: tensor {name!r} has unsupported dtype {info['dtype']}")
+            self._check_entry(name, info, size - 8 - n)
         return header, 8 + n
+
+    def _check_entry(self, name: str, info, data_size: int) -> None:
+        """One header entry must say where a tensor of its dtype and shape lies inside the data, exactly:
+        {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]} holds 2 x 3 x 4 bytes."""
+        def bad(problem: str) -> TinyInferError:
+            return TinyInferError(f"{self.path}: tensor {name!r} {problem}; the file is damaged or was not written "
+                                  "by a safetensors library: re-download or re-export it")
+
+        if not isinstance(info, dict) or not {"dtype", "shape", "data_offsets"} <= info.keys():
+            raise bad(f"has header entry {info!r:.80}, not {{dtype, shape, data_offsets}}")
+        if not isinstance(info["dtype"], str) or info["dtype"] not in DTYPES:
+            raise bad(f"has unsupported dtype {info['dtype']!r} (supported: {', '.join(DTYPES)})")
+        shape, offsets = info["shape"], info["data_offsets"]
+        if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
+            raise bad(f"has shape {shape!r:.80}, not a list of sizes >= 0")
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(type(o) is int for o in offsets)
+                and 0 <= offsets[0] <= offsets[1]):
+            raise bad(f"has data_offsets {offsets!r:.80}, not [start, end] with 0 <= start <= end")
+        start, end = offsets
+        if end > data_size:
+            raise TinyInferError(f"{self.path} is truncated: tensor {name!r} ends at byte {end} of {data_size}")
+        expected = math.prod(shape) * np.dtype(DTYPES[info["dtype"]]).itemsize
+        if end - start != expected:
+            raise bad(f"spans {end - start} bytes but {info['dtype']} {shape} needs {expected}")
 
     def names(self) -> list[str]:
         return list(self.header)
@@ -97,6 +121,19 @@ class SafetensorsFile:
         return array.astype(dtype)
 
 
+def read_weight_map(index_path: Path) -> dict[str, str]:
+    """The `weight_map` (tensor name -> shard file name) of a sharded checkpoint's index."""
+    try:
+        weight_map = json.loads(index_path.read_text(encoding="utf-8"))["weight_map"]
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as e:
+        raise TinyInferError(f"{index_path} is not a safetensors index: it must be a JSON object whose "
+                             f'"weight_map" maps tensor names to shard files ({type(e).__name__}: {e}); '
+                             "re-download it") from None
+    if not isinstance(weight_map, dict) or not all(isinstance(f, str) for f in weight_map.values()):
+        raise TinyInferError(f'{index_path}: "weight_map" must map tensor names to shard file names; re-download it')
+    return weight_map
+
+
 class Checkpoint:
     """All tensors of a model folder or file, single-file or sharded, looked up by name."""
 
@@ -105,8 +142,7 @@ class Checkpoint:
         if path.is_file():
             files = [path]
         elif (path / "model.safetensors.index.json").exists():
-            index = json.loads((path / "model.safetensors.index.json").read_text())
-            files = [path / f for f in sorted(set(index["weight_map"].values()))]
+            files = [path / f for f in sorted(set(read_weight_map(path / "model.safetensors.index.json").values()))]
         elif (path / "model.safetensors").exists():
             files = [path / "model.safetensors"]
         else:
