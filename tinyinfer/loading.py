@@ -9,6 +9,7 @@ PyTorch pickles (.bin/.pt files inside an HF folder) are never unpickled: conver
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -51,8 +52,11 @@ def load(model=None, device: str = "cpu", dtype=None, tokenizer=None) -> Model:
     `dtype`: the compute dtype, "float32" (default; exact parity) or "float16" (halves memory; for GPUs).
     `tokenizer`: a path to use instead of the tokenizer found with the model.
     """
-    if dtype not in DTYPES:
+    if not (dtype is None or isinstance(dtype, str)) or dtype not in DTYPES:
         raise TinyInferError(f"dtype {dtype!r} is not supported; use one of float32, float16")
+    for name, value in (("model", model), ("tokenizer", tokenizer)):
+        if value is not None and not isinstance(value, (str, os.PathLike)):
+            raise TinyInferError(f"{name} must be a name or a path (str or os.PathLike), not {type(value).__name__}")
     if model is None:
         from tinyinfer.resolve import DEFAULT_MODEL  # noqa: PLC0415
 
