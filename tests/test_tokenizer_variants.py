@@ -3,9 +3,8 @@
 The real tokenizers (test_tokenizer_parity.py) use only a few of those settings. Here small BPE tokenizers
 are trained with the Hugging Face `tokenizers` library on real text (one byte-level, one SentencePiece-style
 with byte fallback, one over characters with an unknown token, one with '##' prefixes and '</w>' suffixes);
-each case then rewrites parts of the file
-(normalizer, pre-tokenizer, model flags, added tokens, post-processor, decoder) and compares tinyinfer to
-the library: ids with and without special tokens, decoded text with and without skip_special_tokens, and
+each case then rewrites parts of the file (normalizer, pre-tokenizer, model flags, added tokens,
+post-processor, decoder) and compares tinyinfer to the library: ids with and without special tokens, decoded text with and without skip_special_tokens, and
 the streaming detokenizer's pieces joined. The texts are made to be hard: emoji and CJK split across tokens,
 combining marks, whitespace runs, digits, punctuation runs, added tokens inside words, the empty string.
 """
