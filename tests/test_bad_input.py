@@ -352,6 +352,7 @@ BAD_SAMPLING = [
     (dict(temperature=math.nan), "temperature=nan"),
     (dict(temperature=math.inf), "temperature=inf"),
     (dict(temperature=np.float32("nan")), "temperature="),
+    (dict(temperature=1e-40), "temperature=1e-40 is too small"),  # it sampled token 0 every time
     (dict(top_p=0), "top_p=0"),
     (dict(top_p=-math.inf), "top_p=-inf"),
     (dict(repetition_penalty=math.inf), "repetition_penalty=inf"),
@@ -460,6 +461,7 @@ def test_engine_with_bad_arguments(model, kwargs, words):
     ("hi", dict(max_tokens=10**6), ["context window"]),
     ("hi", dict(logit_bias={-1: 1.0}), ["logit_bias key=-1"]),
     (None, {}, ["NoneType"]),
+    ("hi", dict(arrival="now"), ["arrival='now'"]),  # it was queued; its metrics raised TypeError later
 ])
 def test_engine_refuses_a_bad_request_without_disturbing_the_others(model, prompt, fields, words):
     llm = LLM(model, max_num_seqs=4)

@@ -36,6 +36,9 @@ from tinyinfer.errors import TinyInferError
 # ---------------------------------------------------------------------------------------------------------------
 
 
+MIN_TEMPERATURE = 1e-5  # the smallest temperature > 0 accepted (vLLM's threshold for treating it as greedy)
+
+
 @dataclass
 class SamplingParams:
     """Every knob of one request, validated on construction.
@@ -66,6 +69,9 @@ class SamplingParams:
 
     def __post_init__(self):
         self.temperature = _number("temperature", self.temperature, 0, math.inf, "must be a finite number >= 0 (0 = greedy)")
+        if 0 < self.temperature < MIN_TEMPERATURE:  # logits / 1e-40 overflow float32: every token would be inf
+            raise TinyInferError(f"temperature={self.temperature!r} is too small to divide the logits by: give 0 for "
+                                 f"greedy decoding (its limit), or at least {MIN_TEMPERATURE:g}")
         self.top_k = _integer("top_k", self.top_k, 0, "must be an integer >= 0 (0 = off)")
         self.top_p = _number("top_p", self.top_p, 0, 1, "must be in (0, 1] (1 keeps every token)", low_open=True)
         self.min_p = _number("min_p", self.min_p, 0, 1, "must be in [0, 1] (0 = off)")

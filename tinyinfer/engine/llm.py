@@ -22,6 +22,7 @@ depend on what else was in the batch: it equals `model.generate` run alone.
 from __future__ import annotations
 
 import itertools
+import math
 import time
 from dataclasses import dataclass
 
@@ -136,6 +137,9 @@ class LLM:
         request_id = self._free_request_id() if request_id is None else str(request_id)
         if request_id in self.requests:
             raise TinyInferError(f"request id {request_id!r} is already in use: give each request its own id")
+        if arrival is not None and (isinstance(arrival, bool) or not isinstance(arrival, (int, float))
+                                    or not math.isfinite(arrival)):
+            raise TinyInferError(f"arrival={arrival!r}: give a time.perf_counter() value, or None for now")
         arrival = time.perf_counter() if arrival is None else arrival
         samples = [self._new_sequence(request_id, i, prompt_ids, params, rng, arrival, lora)
                    for i, rng in enumerate(sequence_rngs(params.seed, params.n))]
