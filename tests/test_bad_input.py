@@ -139,6 +139,13 @@ def test_damaged_checkpoint_is_refused_by_load_and_generate(tmp_path, capsys, ca
     assert_names(cli_error(capsys, "generate", "--model", folder, "--max-tokens", "2", "hi"), *words)
 
 
+def test_a_model_that_is_neither_file_nor_folder(capsys):
+    """/dev/null exists but is not a regular file, so it is read as a folder: its config.json cannot be read."""
+    with pytest.raises(TinyInferError, match="cannot read config.json"):  # it was a NotADirectoryError
+        tinyinfer.load("/dev/null")
+    assert_names(cli_error(capsys, "generate", "--model", "/dev/null", "hi"), "cannot read config.json")
+
+
 def test_a_folder_without_config_json(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     assert_names(cli_error(capsys, "generate", "--model", tmp_path / "empty", "hi"), "config.json not found")

@@ -390,6 +390,8 @@ def read_json(path: Path, what: str) -> dict:
         raise TinyInferError(f"{what} not found: {path}") from e
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise TinyInferError(f"{what} is not valid JSON: {path} ({e})") from e
+    except OSError as e:  # a folder, no permission, a path through a file
+        raise TinyInferError(f"cannot read {what} at {path} ({e.strerror}): check the path and its permissions") from e
     if not isinstance(data, dict):
         raise TinyInferError(f"{what} holds a JSON {type(data).__name__}, not an object: {path}; fix or re-download it")
     return data
