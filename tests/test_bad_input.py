@@ -106,6 +106,13 @@ DAMAGED_CHECKPOINTS = {
     "eos_token_id text": (lambda f: (edit_config(eos_token_id="x")(f), (f / "generation_config.json").unlink()),
                           ["token id 'x'", "eos_token_id"]),
     "generation_config.json is a list": (write("generation_config.json", "[1]"), ["generation_config.json", "not an object"]),
+    "tokenizer.json is a list": (write("tokenizer.json", "[]"), ["tokenizer.json", "not a tokenizer.json"]),
+    "tokenizer.json model is a number": (write("tokenizer.json", '{"model": 5}'), ["not a tokenizer.json"]),
+    "tokenizer.json vocab is a number": (write("tokenizer.json", '{"model": {"type": "BPE", "vocab": 5, "merges": []}}'),
+                                         ["not a tokenizer.json"]),
+    "tokenizer.json merges hold numbers": (
+        write("tokenizer.json", '{"model": {"type": "BPE", "vocab": {"a": 0}, "merges": [5]}}'), ["not a tokenizer.json"]),
+    "tokenizer_config.json not JSON": (write("tokenizer_config.json", "{bad"), ["tokenizer_config.json", "not valid JSON"]),
     "safetensors header not an object": (safetensors_header(lambda h: [1, 2]), ["model.safetensors", "not a JSON object"]),
     "tensor entry not an object": (safetensors_header(lambda h: {**h, "model.norm.weight": 5}), ["'model.norm.weight'"]),
     "tensor without dtype": (safetensors_header(lambda h: {**h, "model.norm.weight": {"shape": [1], "data_offsets": [0, 4]}}),
@@ -283,6 +290,13 @@ BAD_COMMAND_LINES = [
 def test_bad_command_line_is_one_error_line(capsys, tmp_path, argv, words):
     argv = [str(tmp_path / "workspace") if a == "DIR" else a for a in argv]
     assert_names(cli_error(capsys, *argv), *words)
+
+
+@pytest.mark.parametrize("name, content", [("tokenizer_config.json", "{bad"), ("chat_template.json", "[1]")])
+def test_chat_with_a_broken_template_file(capsys, tmp_path, name, content):
+    folder = copy_of_builtin(tmp_path)
+    write(name, content)(folder)
+    assert_names(cli_error(capsys, "chat", "--model", folder), name)
 
 
 def test_course_start_on_a_file(capsys, tmp_path):

@@ -30,6 +30,7 @@ import jinja2.ext
 import jinja2.nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from tinyinfer.config import read_json
 from tinyinfer.errors import TinyInferError
 
 # the special tokens a tokenizer_config.json may name; HF puts each one it has into the template context
@@ -87,10 +88,10 @@ class ChatTemplate:
         path = Path(path)
         folder = path if path.is_dir() else path.parent
         config_path = path if path.is_file() else folder / "tokenizer_config.json"
-        config = json.loads(config_path.read_text(encoding="utf-8")) if config_path.is_file() else {}
+        config = read_json(config_path, "tokenizer_config.json") if config_path.is_file() else {}
         source = config.get("chat_template")
         if (folder / "chat_template.json").is_file():
-            source = json.loads((folder / "chat_template.json").read_text(encoding="utf-8"))["chat_template"]
+            source = read_json(folder / "chat_template.json", "chat_template.json").get("chat_template")
         if (folder / "chat_template.jinja").is_file():
             source = (folder / "chat_template.jinja").read_text(encoding="utf-8")
         if not source:

@@ -98,7 +98,11 @@ class Tokenizer:
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise TinyInferError(f"{path} is not valid JSON ({e}); re-download or re-export the tokenizer.json") from e
         bos, eos = read_bos_eos(path.parent / "tokenizer_config.json")
-        return cls(spec, bos, eos)
+        try:
+            return cls(spec, bos, eos)
+        except (AttributeError, KeyError, TypeError, ValueError) as e:  # bad input: JSON that is not a tokenizer
+            raise TinyInferError(f"{path} is not a tokenizer.json tinyinfer can read ({type(e).__name__}: {e}); "
+                                 "give the tokenizer.json of a Hugging Face model, or re-export it") from e
 
     def save(self, path: str | Path) -> None:
         """Write a tokenizer.json that this class and the Hugging Face `tokenizers` library both load."""
@@ -229,7 +233,12 @@ def read_bos_eos(config_path: Path) -> tuple[str | None, str | None]:
     """bos_token and eos_token from a tokenizer_config.json beside the tokenizer.json, if there is one."""
     if not config_path.is_file():
         return None, None
-    config = json.loads(config_path.read_text(encoding="utf-8"))
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise TinyInferError(f"{config_path} is not valid JSON ({e}); re-download or re-export it") from e
+    if not isinstance(config, dict):
+        raise TinyInferError(f"{config_path} holds a JSON {type(config).__name__}, not an object; re-download it")
 
     def name(entry):
         return entry.get("content") if isinstance(entry, dict) else entry
