@@ -448,6 +448,7 @@ BAD_GENERATE_CALLS = {
     "misspelt keyword": ("hi", dict(temprature=1), ["'temprature'"]),
     "constraint without its methods": ("hi", dict(constraint=NotAConstraint()), ["allowed_mask"]),
     "draft a name": ("hi", dict(draft="shakespeare-draft"), ["draft", "tinyinfer.load"]),
+    "stream a string": ("hi", dict(stream="no"), ["stream='no'"]),  # "no" is truthy: it streamed
 }
 
 

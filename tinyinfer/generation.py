@@ -252,6 +252,9 @@ def generate(model, prompt, params: SamplingParams | None = None, *, stream: boo
     `lora`: the name of a LoRA adapter loaded on the model with `tinyinfer.lora.load_adapter`.
     """
     params = resolve_params(model, params, overrides)
+    for name, flag in (("stream", stream), ("add_special_tokens", add_special_tokens)):
+        if not isinstance(flag, bool):
+            raise TinyInferError(f"{name}={flag!r} is invalid: {name} must be True or False")
     prompt_ids = encode_prompt(model, prompt, add_special_tokens)
     check_fits(model, len(prompt_ids), params.max_tokens)
     if params.stop and model.tokenizer is None:
