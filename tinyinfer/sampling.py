@@ -223,7 +223,7 @@ def check_text(text: str, what: str) -> str:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as e:
-        raise TinyInferError(f"{what} is not valid UTF-8 text (character {e.start} is {text[e.start]!r}, "
+        raise TinyInferError(f"{what} is not valid UTF-8 (character {e.start} is {text[e.start]!r}, "
                              "from undecodable bytes): give UTF-8 text") from None
     return text
 
