@@ -161,9 +161,6 @@ def test_a_folder_without_config_json(tmp_path, capsys):
 
 # -- llama2.c files ---------------------------------------------------------------------------------------------
 
-LLAMA2C_HEADER = ("dim", "hidden_dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size", "seq_len")
-
-
 def llama2c_file(path, dim=8, hidden=16, layers=1, heads=2, kv_heads=2, vocab=10, seq_len=4, cut=0, v1=False,
                  weights=True):
     """A legacy (or version 1) llama2.c checkpoint of zero weights, `cut` bytes short of complete
@@ -195,7 +192,7 @@ def test_the_llama2c_helper_writes_a_loadable_file(tmp_path):
     (dict(layers=2**30, dim=2**12, heads=2**6, kv_heads=2**6, hidden=2**14, weights=False), ["truncated"]),
     (dict(heads=0, weights=False), ["not a llama2.c checkpoint"]),
     (dict(vocab=-(2**31), weights=False), ["truncated"]),
-])
+], ids=["legacy cut short", "version 1 cut short", "odd head size", "a billion layers", "no heads", "huge vocabulary"])
 def test_bad_llama2c_file_is_refused_by_load_and_memory(tmp_path, capsys, kwargs, words):
     path = llama2c_file(tmp_path / "model.bin", **kwargs)
     with pytest.raises(TinyInferError) as info:
