@@ -153,6 +153,13 @@ def test_a_model_that_is_neither_file_nor_folder(capsys):
     assert_names(cli_error(capsys, "generate", "--model", "/dev/null", "hi"), "cannot read config.json")
 
 
+def test_a_bad_default_names_generation_config_json(tmp_path, capsys):
+    folder = copy_of_builtin(tmp_path)
+    write("generation_config.json", '{"do_sample": true, "top_k": "x"}')(folder)
+    assert_names(cli_error(capsys, "generate", "--model", folder, "hi"), "top_k='x'", "generation_config.json")
+    assert main(["generate", "--model", str(folder), "--top-k", "5", "--max-tokens", "2", "hi"]) == 0  # overridden
+
+
 def test_a_folder_without_config_json(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     assert_names(cli_error(capsys, "generate", "--model", tmp_path / "empty", "hi"), "config.json not found")

@@ -143,6 +143,12 @@ class SamplingParams:
                 raise TinyInferError(f"unknown sampling parameter {name!r}: use one of {', '.join(sorted(known))}")
             if value is not None:
                 values[name] = value
+        for name in set(values) - {name for name, value in overrides.items() if value is not None}:
+            try:  # a bad value the user never typed: say where it came from
+                cls(**{name: values[name]})
+            except TinyInferError as e:
+                raise TinyInferError(f"{e} (the value comes from the model's generation_config.json: fix it there, "
+                                     f"or give {name} yourself)") from None
         return cls(**values)
 
 
