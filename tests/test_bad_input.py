@@ -257,6 +257,9 @@ BAD_COMMAND_LINES = [
     (["generate", "hi " * 600], ["context window of 512", "shorten the prompt"]),
     (["generate", "--model", "/no/such/model", "hi"], ["'/no/such/model'", "Built-in models"]),
     (["generate", "--draft", "/no/such/model", "hi"], ["'/no/such/model'"]),
+    (["generate", "--model", "", "hi"], ["model name is empty"]),  # it loaded the current folder
+    (["tokenize", "--model", " ", "hi"], ["model name is empty"]),
+    (["memory", "--model", ""], ["give --model"]),
     (["generate", "--regex", "(", "hi"], ["regex", "missing )"]),
     (["generate", "--system", "x", "hi"], ["--system needs --chat"]),
     (["chat", "--max-tokens", "0"], ["max_tokens=0"]),  # refused before the conversation starts

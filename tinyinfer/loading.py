@@ -27,7 +27,7 @@ DTYPES = {None: np.float32, "float32": np.float32, "fp32": np.float32, "float16"
 def resolve_path(model) -> Path:
     """A local path for `model`: an existing path as is, anything else through tinyinfer.resolve."""
     path = Path(model).expanduser()
-    if path.exists():
+    if path.exists() and str(model).strip():  # Path("") is the current folder: an empty name is refused by resolve
         return path
     try:
         from tinyinfer.resolve import resolve_model  # noqa: PLC0415 - optional until built-ins exist

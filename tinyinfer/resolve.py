@@ -43,6 +43,9 @@ def resolve_model(spec: str | os.PathLike | None = None) -> Path:
     resolve_model("HuggingFaceTB/SmolLM2-135M-Instruct") -> .../models--HuggingFaceTB--SmolLM2-135M-Instruct/snapshots/<hash>
     """
     spec = DEFAULT_MODEL if spec is None else os.fspath(spec)
+    if not spec.strip():  # e.g. --model "$MODEL" with MODEL unset: never the current folder by accident
+        raise TinyInferError(f"the model name is empty: give a built-in name, a folder, a file or a repo id. "
+                             f"{available_models_hint()}")
     builtins = builtin_models()
     if spec in builtins:
         return builtins[spec]
