@@ -306,6 +306,19 @@ def test_chat_with_a_broken_template_file(capsys, tmp_path, name, content):
     assert_names(cli_error(capsys, "chat", "--model", folder), name)
 
 
+@pytest.mark.parametrize("line, words", [("{bad", ["line 1 is not JSON"]), ('{"schema": 5}', ["line 1 is not a schema row"])])
+def test_bench_grammar_with_a_bad_schema_file(capsys, tmp_path, line, words):
+    (tmp_path / "a.jsonl").write_text(line + "\n")
+    argv = ["bench", "grammar", "--schemas", tmp_path, "--tokenizer", BUILTIN / "tokenizer.json", "--engines", "tinyinfer"]
+    assert_names(cli_error(capsys, *argv), "a.jsonl", *words)
+
+
+def test_bench_tokenizer_with_a_text_that_is_not_utf8(capsys, tmp_path):
+    (tmp_path / "latin1.txt").write_bytes(b"caf\xe9")
+    assert_names(cli_error(capsys, "bench", "tokenizer", "--text", tmp_path / "latin1.txt", "--tokenizer", BUILTIN),
+                 "latin1.txt", "not UTF-8")
+
+
 def test_course_start_on_a_file(capsys, tmp_path):
     (tmp_path / "file").write_text("x")
     assert_names(cli_error(capsys, "course", "start", tmp_path / "file"), "is a file", "new directory")

@@ -225,12 +225,37 @@ def decode_step_seconds(context: int = 256, steps: int = 20) -> tuple[float, str
     return seconds, f"built-in model {DEFAULT_MODEL} ({model.n_params / 1e6:.1f}M parameters, {context}-token context)"
 
 
+ROW_KEYS = ("subset", "schema", "tests", "source_path")  # one schema row: a line of a *.jsonl file
+
+
+def read_rows(files: list[Path]) -> list[dict]:
+    """The schema rows of the *.jsonl files, each checked to be a row before any engine sees it."""
+    rows = []
+    for path in files:
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except UnicodeDecodeError as e:
+            raise TinyInferError(f"{path} is not UTF-8 text ({e.reason} at byte {e.start}): give *.jsonl files") from None
+        for number, line in enumerate(lines, 1):
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise TinyInferError(f"{path} line {number} is not JSON ({e}): each line holds one schema row") from None
+            if not (isinstance(row, dict) and set(ROW_KEYS) <= row.keys() and isinstance(row["schema"], (dict, bool))
+                    and isinstance(row["tests"], list)):
+                raise TinyInferError(f"{path} line {number} is not a schema row: give an object with "
+                                     f"{', '.join(ROW_KEYS)}, whose schema is a JSON Schema (an object or a boolean)")
+            rows.append(row)
+    return rows
+
+
 def run(args) -> int:
     from tinyinfer.tokenizer import Tokenizer
 
     files = sorted(Path(args.schemas).glob("*.jsonl"))
     if not files:
         raise TinyInferError(f"no *.jsonl schema files in {args.schemas}; pass --schemas FOLDER")
+    rows = read_rows(files)
     tokenizer = Tokenizer.from_file(args.tokenizer)
     vocab = Vocabulary.from_tokenizer(tokenizer)
     eos = vocab.eos_ids[0]
@@ -245,7 +270,6 @@ def run(args) -> int:
             byte_engines[name] = ENGINES[name](byte_vocab, 256)
         except ImportError:
             print(f"{name}: not installed, skipped")
-    rows = [json.loads(line) for path in files for line in path.read_text(encoding="utf-8").splitlines()]
     print(f"{len(rows)} schemas from {args.schemas}; vocabulary: {args.tokenizer} ({vocab.size} tokens); "
           f"{args.timed_per_subset} timed schemas per subset (every engine covers), {args.tokens} random steps each")
 

@@ -46,7 +46,11 @@ def run(args) -> int:
     text_path, tok_path = Path(args.text), Path(args.tokenizer)
     if not text_path.is_file():
         raise TinyInferError(f"text file {text_path} does not exist; pass --text PATH to a UTF-8 text file")
-    text = text_path.read_text(encoding="utf-8")
+    try:
+        text = text_path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise TinyInferError(f"text file {text_path} is not UTF-8 ({e.reason} at byte {e.start}); pass --text PATH "
+                             "to a UTF-8 text file") from None
     megabytes = len(text.encode("utf-8")) / 1e6
 
     tok = Tokenizer.from_file(tok_path)
