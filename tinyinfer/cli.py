@@ -5,7 +5,7 @@ Each subcommand lives in its own module under `tinyinfer/commands/` and exposes 
 failure into one line on stderr and a non-zero exit, never a traceback:
 
     bad input (TinyInferError)            error: <the problem and the fix>                    exit 1
-    a file that cannot be read or written error: cannot read <path>: <reason>; ...            exit 1
+    a file that cannot be read or written error: cannot use '<path>': <reason>; check ...      exit 1
     a flag argparse refuses               error: tinyinfer generate: argument --seed: ...     exit 2
     Ctrl-C                                interrupted                                         exit 130
     a bug in tinyinfer                    error: internal error (...)                         exit 2
