@@ -469,6 +469,7 @@ BAD_GENERATE_CALLS = {
     "params and keywords": ("hi", dict(params=SamplingParams(), temperature=1), ["not both"]),
     "misspelt keyword": ("hi", dict(temprature=1), ["'temprature'"]),
     "constraint without its methods": ("hi", dict(constraint=NotAConstraint()), ["allowed_mask"]),
+    "constraint factory making a non-constraint": ("hi", dict(constraint=NotAConstraint), ["allowed_mask"]),
     "draft a name": ("hi", dict(draft="shakespeare-draft"), ["draft", "tinyinfer.load"]),
     "stream a string": ("hi", dict(stream="no"), ["stream='no'"]),  # "no" is truthy: it streamed
 }

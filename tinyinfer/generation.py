@@ -285,14 +285,21 @@ def generate(model, prompt, params: SamplingParams | None = None, *, stream: boo
 
 
 def _constraint_factory(constraint, n: int):
-    if constraint is None or callable(constraint):
-        return constraint or (lambda: None)
-    if not all(hasattr(constraint, method) for method in ("allowed_mask", "advance", "is_complete")):
-        raise TinyInferError(f"constraint {constraint!r:.60} is not a constraint: give an object with allowed_mask(), "
-                             "advance(id) and is_complete() (see tinyinfer/constrain/), or a function that makes one")
+    if constraint is None:
+        return lambda: None
+    if callable(constraint):  # a function making a fresh constraint per sample (or None for none)
+        return lambda: _checked_constraint(constraint())
+    _checked_constraint(constraint)
     if n > 1:
         raise TinyInferError("with n > 1 each sample needs its own constraint: pass a function that builds one")
     return lambda: constraint
+
+
+def _checked_constraint(constraint):
+    if constraint is not None and not all(hasattr(constraint, m) for m in ("allowed_mask", "advance", "is_complete")):
+        raise TinyInferError(f"constraint {constraint!r:.60} is not a constraint: give an object with allowed_mask(), "
+                             "advance(id) and is_complete() (see tinyinfer/constrain/), or a function that makes one")
+    return constraint
 
 
 def greedy_tokens(model, prompt_ids: list[int], n: int) -> list[int]:
