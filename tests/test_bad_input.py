@@ -483,6 +483,12 @@ def test_generate_with_bad_arguments(model, case):
     assert_names(str(info.value), *words)
 
 
+@pytest.mark.parametrize("ids", ["hi", [[1]], [1.5], None, [True], 5, [], [2048]], ids=repr)
+def test_logits_of_bad_ids(model, ids):
+    with pytest.raises(TinyInferError, match="the input of logits()"):  # "hi" and [[1]] were ValueErrors
+        model.logits(ids)
+
+
 @pytest.mark.parametrize("kwargs, words", [
     (dict(model="shakespeare"), ["LLM needs a loaded Model", "tinyinfer.load"]),
     (dict(block_size=0), ["block_size=0"]),

@@ -107,13 +107,24 @@ def encode_prompt(model, prompt, add_special_tokens: bool = True) -> list[int]:
         return ids
     if isinstance(prompt, (bytes, bytearray)) or not hasattr(prompt, "__iter__"):
         raise TinyInferError(f"the prompt is a {type(prompt).__name__}: give text (str) or a list of token ids")
-    ids = list(prompt)
+    return check_token_ids(model, prompt, "the prompt")
+
+
+def check_token_ids(model, ids, what: str) -> list[int]:
+    """`ids` as a list of ints, if it is a non-empty sequence of token ids of `model`; else a TinyInferError
+    naming `what` was wrong (an id past the vocabulary would index past the embedding table).
+
+    check_token_ids(model, [5, np.int64(6)], "the prompt") -> [5, 6]
+    """
+    if isinstance(ids, (str, bytes, bytearray)) or not hasattr(ids, "__iter__"):
+        raise TinyInferError(f"{what} is a {type(ids).__name__}: give a list of token ids")
+    ids = list(ids)
     if not ids:
-        raise TinyInferError("the prompt is empty: give at least one token")
+        raise TinyInferError(f"{what} is empty: give at least one token")
     vocab_size = model.config.vocab_size
     for i in ids:
         if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)) or not 0 <= i < vocab_size:
-            raise TinyInferError(f"the prompt holds {i!r}, which is not a token id of this model: "
+            raise TinyInferError(f"{what} holds {i!r}, which is not a token id of this model: "
                                  f"ids must be integers in [0, {vocab_size - 1}]")
     return [int(i) for i in ids]
 

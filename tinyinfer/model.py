@@ -191,9 +191,9 @@ class Model:
 
     def logits(self, ids: list[int]) -> np.ndarray:
         """Logits at every position of one token sequence, without a lasting cache.  [T] -> [T, V] (NumPy)"""
-        ids = list(ids)
-        if not ids:
-            raise TinyInferError("logits() needs at least one token id")
+        from tinyinfer.generation import check_token_ids  # noqa: PLC0415 - generation builds on the model
+
+        ids = check_token_ids(self, ids, "the input of logits()")
         return to_numpy(self.forward([SeqChunk(0, 0, ids)], self.new_cache(1, len(ids)), all_logits=True))
 
     def generate(self, prompt, *args, **kwargs):
