@@ -489,6 +489,12 @@ def test_logits_of_bad_ids(model, ids):
         model.logits(ids)
 
 
+@pytest.mark.parametrize("kwargs", [dict(max_seqs=0), dict(max_seqs="x"), dict(max_len=-1)], ids=str)
+def test_kv_cache_of_bad_sizes(model, kwargs):
+    with pytest.raises(TinyInferError, match=f"{next(iter(kwargs))}="):  # negative dimensions, TypeError
+        model.new_cache(**kwargs)
+
+
 @pytest.mark.parametrize("kwargs, words", [
     (dict(model="shakespeare"), ["LLM needs a loaded Model", "tinyinfer.load"]),
     (dict(block_size=0), ["block_size=0"]),

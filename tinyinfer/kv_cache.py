@@ -24,6 +24,9 @@ class ContiguousKVCache:
     """Slots 0..max_seqs-1, each holding up to max_len tokens of keys and values for every layer."""
 
     def __init__(self, config: Config, max_seqs: int = 1, max_len: int | None = None, dtype=np.float32, xp=np):
+        for name, value in (("max_seqs", max_seqs), ("max_len", max_len if max_len is not None else 1)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise TinyInferError(f"{name}={value!r}: a KV cache needs an integer >= 1 (max_len=None: the context)")
         self.max_len = max_len or config.max_seq_len
         self.max_seqs = max_seqs
         shape = (config.n_layers, max_seqs, config.n_kv_heads, self.max_len, config.head_dim)
