@@ -343,6 +343,13 @@ def test_ctrl_c_during_generation_exits_130_without_traceback(capsys, monkeypatc
     assert capsys.readouterr().err.strip() == "interrupted"
 
 
+def test_out_of_memory_is_one_error_line(capsys, monkeypatch):
+    def too_big(*args, **kwargs):
+        raise MemoryError
+    monkeypatch.setattr("tinyinfer.commands.generate.tinyinfer.load", too_big)  # as a config of a billion layers
+    assert_names(cli_error(capsys, "generate", "hi"), "out of memory")
+
+
 def test_help_still_exits_zero(capsys):
     with pytest.raises(SystemExit) as info:
         main(["generate", "--help"])

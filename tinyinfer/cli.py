@@ -6,6 +6,7 @@ failure into one line on stderr and a non-zero exit, never a traceback:
 
     bad input (TinyInferError)            error: <the problem and the fix>                    exit 1
     a file that cannot be read or written error: cannot use '<path>': <reason>; check ...      exit 1
+    sizes too large for memory            error: out of memory: check the sizes ...              exit 1
     a flag argparse refuses               error: tinyinfer generate: argument --seed: ...     exit 2
     Ctrl-C                                interrupted                                         exit 130
     a bug in tinyinfer                    error: internal error (...)                         exit 2
@@ -88,6 +89,12 @@ def main(argv: list[str] | None = None) -> int:
         if os.environ.get("TINYINFER_DEBUG"):
             raise
         print(f"error: {file_error(e)}", file=sys.stderr)
+        return 1
+    except MemoryError:  # e.g. a config.json claiming a billion layers, or a --context / -n far too large
+        if os.environ.get("TINYINFER_DEBUG"):
+            raise
+        print("error: out of memory: check the sizes in the model's config and the flags that size the work "
+              "(--max-tokens, -n, --context, --batch)", file=sys.stderr)
         return 1
     except Exception as e:  # a bug in tinyinfer: still one line, with a way to see more
         if os.environ.get("TINYINFER_DEBUG"):
