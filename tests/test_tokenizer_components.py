@@ -147,3 +147,11 @@ def test_unknown_token_without_byte_fallback(base_specs, texts, tmp_path):
     spec = copy.deepcopy(base_specs["phi-3-mini"])
     spec["model"]["byte_fallback"] = False  # characters outside the vocabulary become <unk> (fused)
     check(spec, texts, tmp_path)
+
+
+@pytest.mark.parametrize("path", [5, None, ["tokenizer.json"]])
+def test_from_file_wants_a_path(path):
+    from tinyinfer.errors import TinyInferError  # noqa: PLC0415
+
+    with pytest.raises(TinyInferError, match="takes a path"):
+        Tokenizer.from_file(path)

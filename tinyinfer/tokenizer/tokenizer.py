@@ -80,6 +80,8 @@ class Tokenizer:
     @classmethod
     def from_file(cls, path: str | Path) -> Tokenizer:
         """Load a tokenizer.json, a model folder holding one, or a llama2.c tokenizer.bin."""
+        if not isinstance(path, (str, Path)):
+            raise TinyInferError(f"Tokenizer.from_file takes a path (str or pathlib.Path), not {type(path).__name__}")
         path = Path(path)
         if path.is_dir():
             candidates = [path / "tokenizer.json", path / "tokenizer.bin"]
