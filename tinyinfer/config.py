@@ -22,7 +22,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tinyinfer.errors import TinyInferError
+from tinyinfer.errors import TinyInferError, is_integer_at_least
 from tinyinfer.rope import rope_attention_factor
 
 
@@ -126,15 +126,14 @@ HF_OPTIONAL_SIZE_KEYS = ("num_key_value_heads", "head_dim", "n_inner")
 def _check_hf_sizes(c: dict) -> None:
     for key in (*HF_SIZE_KEYS, *HF_OPTIONAL_SIZE_KEYS):
         value = c.get(key)
-        if key in c and not (value is None and key in HF_OPTIONAL_SIZE_KEYS) and (
-                isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        if key in c and not (value is None and key in HF_OPTIONAL_SIZE_KEYS) and not is_integer_at_least(value):
             raise TinyInferError(f"config.json: {key}={value!r} must be an integer >= 1; fix config.json")
 
 
 def _check_numbers(cfg: Config) -> None:
     for name, keys in SIZE_FIELDS.items():
         value = getattr(cfg, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        if not is_integer_at_least(value):
             raise TinyInferError(f"config: {name}={value!r} must be an integer >= 1: fix {keys} in config.json "
                                  "(or the llama2.c header)")
     for name in ("norm_eps", "rope_theta"):
@@ -142,7 +141,7 @@ def _check_numbers(cfg: Config) -> None:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
             raise TinyInferError(f"config: {name}={value!r} must be a positive number: fix config.json")
     for token_id in [cfg.bos_token_id, *cfg.eos_token_ids]:
-        if token_id is not None and (isinstance(token_id, bool) or not isinstance(token_id, int) or token_id < 0):
+        if token_id is not None and not is_integer_at_least(token_id, 0):
             raise TinyInferError(f"config: token id {token_id!r} (bos_token_id / eos_token_id) must be an integer "
                                  ">= 0: fix config.json or generation_config.json")
 

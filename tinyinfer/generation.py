@@ -31,12 +31,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterator
 
-import numpy as np
-
-from tinyinfer.errors import TinyInferError
+from tinyinfer.errors import TinyInferError, is_integer_at_least
 from tinyinfer.lora import check_adapter
 from tinyinfer.model import SeqChunk
-from tinyinfer.sampling import Sampler, SamplingParams, TokenChoice, check_text, sequence_rngs
+from tinyinfer.sampling import Sampler, SamplingParams, TokenChoice, check_flag, check_text, sequence_rngs
 from tinyinfer.speculative import SpeculationStats, check_draft, speculative_tokens
 from tinyinfer.stopping import StopMatcher
 
@@ -123,7 +121,7 @@ def check_token_ids(model, ids, what: str) -> list[int]:
         raise TinyInferError(f"{what} is empty: give at least one token")
     vocab_size = model.config.vocab_size
     for i in ids:
-        if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)) or not 0 <= i < vocab_size:
+        if not is_integer_at_least(i, 0) or i >= vocab_size:
             raise TinyInferError(f"{what} holds {i!r}, which is not a token id of this model: "
                                  f"ids must be integers in [0, {vocab_size - 1}]")
     return [int(i) for i in ids]
@@ -263,9 +261,7 @@ def generate(model, prompt, params: SamplingParams | None = None, *, stream: boo
     `lora`: the name of a LoRA adapter loaded on the model with `tinyinfer.lora.load_adapter`.
     """
     params = resolve_params(model, params, overrides)
-    for name, flag in (("stream", stream), ("add_special_tokens", add_special_tokens)):
-        if not isinstance(flag, bool):
-            raise TinyInferError(f"{name}={flag!r} is invalid: {name} must be True or False")
+    stream, add_special_tokens = check_flag("stream", stream), check_flag("add_special_tokens", add_special_tokens)
     prompt_ids = encode_prompt(model, prompt, add_special_tokens)
     check_fits(model, len(prompt_ids), params.max_tokens)
     if params.stop and model.tokenizer is None:
@@ -279,7 +275,7 @@ def generate(model, prompt, params: SamplingParams | None = None, *, stream: boo
             raise TinyInferError(f"draft must be a Model like the one it helps, not {type(draft).__name__}: "
                                  "load it first, e.g. draft=tinyinfer.load('shakespeare-draft')")
         check_draft(model, draft, constraint, len(prompt_ids) + params.max_tokens)
-        if not isinstance(num_speculative_tokens, int) or isinstance(num_speculative_tokens, bool) or num_speculative_tokens < 1:
+        if not is_integer_at_least(num_speculative_tokens):
             raise TinyInferError(f"num_speculative_tokens={num_speculative_tokens!r} (--speculate) is invalid: give an integer >= 1")
     make_constraint = _constraint_factory(constraint, params.n)
     streams = [

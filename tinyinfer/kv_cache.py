@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from tinyinfer.config import Config
-from tinyinfer.errors import TinyInferError
+from tinyinfer.errors import TinyInferError, is_integer_at_least
 
 
 class ContiguousKVCache:
@@ -25,7 +25,7 @@ class ContiguousKVCache:
 
     def __init__(self, config: Config, max_seqs: int = 1, max_len: int | None = None, dtype=np.float32, xp=np):
         for name, value in (("max_seqs", max_seqs), ("max_len", max_len if max_len is not None else 1)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if not is_integer_at_least(value):
                 raise TinyInferError(f"{name}={value!r}: a KV cache needs an integer >= 1 (max_len=None: the context)")
         self.max_len = max_len or config.max_seq_len
         self.max_seqs = max_seqs

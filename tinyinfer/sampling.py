@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, fields
 import numpy as np
 
 from tinyinfer.backend import to_numpy, xp_of
-from tinyinfer.errors import TinyInferError
+from tinyinfer.errors import TinyInferError, is_integer_at_least
 
 # ---------------------------------------------------------------------------------------------------------------
 # The parameters of one request
@@ -85,7 +85,7 @@ class SamplingParams:
         self.max_tokens = _integer("max_tokens", self.max_tokens, 1, "must be an integer >= 1")
         self.stop = _stop_strings(self.stop)
         self.stop_token_ids = _token_ids("stop_token_ids", self.stop_token_ids)
-        self.ignore_eos = _flag("ignore_eos", self.ignore_eos)
+        self.ignore_eos = check_flag("ignore_eos", self.ignore_eos)
         if self.seed is not None:
             self.seed = _integer("seed", self.seed, 0, "must be an integer >= 0, or None for a random seed")
         if self.logprobs is not None:
@@ -173,12 +173,12 @@ def _number(name, value, low, high, allowed, low_open=False) -> float:
 
 
 def _integer(name, value, low, allowed) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+    if not is_integer_at_least(value, low):
         raise TinyInferError(f"{name}={value!r} is invalid: {name} {allowed}")
     return int(value)
 
 
-def _flag(name, value) -> bool:
+def check_flag(name, value) -> bool:
     if not isinstance(value, (bool, np.bool_)):
         raise TinyInferError(f"{name}={value!r} is invalid: {name} must be True or False")
     return bool(value)

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from tinyinfer.engine.paged_cache import PagedKVCache
 from tinyinfer.engine.scheduler import Scheduler, SchedulerConfig
 from tinyinfer.engine.sequence import RequestMetrics, Sequence, Status
-from tinyinfer.errors import TinyInferError
+from tinyinfer.errors import TinyInferError, is_integer_at_least
 from tinyinfer.generation import check_fits, encode_prompt, resolve_params, stop_ids
 from tinyinfer.lora import check_adapter
 from tinyinfer.sampling import Sampler, SamplingParams, sequence_rngs
@@ -82,7 +82,7 @@ class EngineStats:
 
 def _count(name: str, value, hint: str = "") -> None:
     """Refuse an engine size that is not a positive integer (True is not a count either)."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if not is_integer_at_least(value):
         raise TinyInferError(f"{name}={value!r}: must be an integer >= 1{hint}")
 
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from tinyinfer.engine.block_manager import BlockAllocator, block_hash, prefix_hashes
 from tinyinfer.engine.paged_cache import PagedKVCache
 from tinyinfer.engine.sequence import Sequence, Status
-from tinyinfer.errors import TinyInferError
+from tinyinfer.errors import TinyInferError, is_integer_at_least
 from tinyinfer.model import SeqChunk
 
 
@@ -46,8 +46,7 @@ class SchedulerConfig:
 
     def __post_init__(self):
         for name in ("max_num_seqs", "max_num_batched_tokens"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if not is_integer_at_least(getattr(self, name)):
                 raise TinyInferError(f"{name}={getattr(self, name)!r}: must be an integer >= 1")
 
 
