@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tinyinfer.backend import to_device, xp_of
+from tinyinfer.backend import to_device
 from tinyinfer.errors import TinyInferError
 from tinyinfer.resolve import BUILTIN_DIR
 from tinyinfer.safetensors_io import Checkpoint
@@ -63,8 +63,9 @@ class AdapterSet:
         self.names: list[str] = []
         self.rows: list[tuple[str, np.ndarray]] = []  # (adapter, row indices) for the forward pass running now
 
-    def route(self, chunks) -> None:
-        """Called by `Model.forward` with its chunks: the rows (tokens) of each chunk use its `adapter`.
+    def route(self, chunks, xp=np) -> None:
+        """Called by `Model.forward` with its chunks: the rows (tokens) of each chunk use its `adapter`. The row
+        indices go to the model's device (`xp`) once here, not in every layer's products.
 
         >>> from tinyinfer.model import SeqChunk
         >>> adapters = AdapterSet(); adapters.names = ["a", "b"]
@@ -79,7 +80,7 @@ class AdapterSet:
                 self.check(chunk.adapter)
                 rows.setdefault(chunk.adapter, []).extend(range(first, first + len(chunk.tokens)))
             first += len(chunk.tokens)
-        self.rows = [(name, np.asarray(ids)) for name, ids in rows.items()]
+        self.rows = [(name, xp.asarray(ids)) for name, ids in rows.items()]
 
     def check(self, name: str) -> None:
         if name not in self.names:
@@ -109,7 +110,6 @@ class LoraWeight:
     def __rmatmul__(self, x):
         y = x @ self.base  # [T, in] @ [in, out] -> [T, out]: the shared product, one for every row
         for name, rows in self.adapters.rows:
-            rows = xp_of(x).asarray(rows)  # row indices where x lives (a GPU array indexes with GPU indices)
             for update in self.updates.get(name, ()):
                 y[rows, update.columns] += lora_delta(x[rows], update)  # [n, width]
         return y

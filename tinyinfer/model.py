@@ -86,7 +86,7 @@ class Model:
             x = x + p["pos_embed"][to_device(positions, self.device)]  # GPT-2 adds a learned position vector
         rope = self._rope(positions) if cfg.position == "rope" else None
         if self.adapters is not None:
-            self.adapters.route(chunks)  # which rows take which LoRA adapter, in every layer of this pass
+            self.adapters.route(chunks, self.xp)  # which rows take which LoRA adapter, in every layer of this pass
         plan = self._plan_attention(chunks, cache)
         for i, layer in enumerate(p["layers"]):
             h = apply_norm(x, layer["attn_norm"], cfg.norm, cfg.norm_eps)
