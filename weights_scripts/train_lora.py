@@ -129,8 +129,8 @@ def main() -> None:
     (out / "README.md").write_text(
         f"# shakespeare-shout\n\nA LoRA adapter for the built-in `shakespeare` model (tinyinfer/models/shakespeare): "
         f"it writes in capitals.\n\n- Made by `python weights_scripts/train_lora.py --steps {args.steps} --batch "
-        f"{args.batch} --length {args.length} --rank {args.rank} --lr {args.lr}` in {time.time() - start:.0f} s on "
-        f"{args.threads} CPU thread(s): tinyshakespeare in capitals, the first 90% for training.\n"
+        f"{args.batch} --length {args.length} --rank {args.rank} --lr {args.lr}` in {time.time() - start:.0f} s "
+        f"(training and evaluation) on {args.threads} CPU thread(s): tinyshakespeare in capitals, the first 90% for training.\n"
         f"- Rank {args.rank} on {', '.join(TARGETS)}: {trainable:,} trained numbers.\n"
         f"- Held-out loss (last 10% of the corpus, in capitals), nats per token: {before:.3f} without the adapter, "
         f"{after:.3f} with it.\n"
