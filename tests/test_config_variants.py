@@ -39,7 +39,7 @@ from tinyinfer.config import HF_ACTIVATIONS, HF_DEFAULTS, config_from_hf, load_h
 from tinyinfer.engine.paged_cache import PagedKVCache
 from tinyinfer.errors import TinyInferError
 from tinyinfer.mlp import ACTIVATIONS
-from tinyinfer.model import Model, SeqChunk, _map_arrays
+from tinyinfer.model import Model, SeqChunk, map_arrays
 
 make_tiny_moe_models = _import_script(ROOT / "weights_scripts" / "make_tiny_moe_models.py")
 MOE_FAMILIES = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe")
@@ -172,7 +172,7 @@ def test_logits_match_transformers_at_every_position(name, checkpoint):
 
 def float64_model(folder) -> Model:
     model = tinyinfer.load(folder)
-    return Model(model.config, _map_arrays(model.params, lambda a: a.astype(np.float64)), dtype=np.float64)
+    return Model(model.config, map_arrays(model.params, lambda a: a.astype(np.float64)), dtype=np.float64)
 
 
 @pytest.mark.parametrize("name", VARIANTS)

@@ -24,7 +24,7 @@ from safetensors.torch import save_file
 import tinyinfer
 from tinyinfer.backend import cuda_available
 from tinyinfer.errors import TinyInferError
-from tinyinfer.model import Model, SeqChunk, _map_arrays
+from tinyinfer.model import Model, SeqChunk, map_arrays
 from tinyinfer.moe import track_routing
 from tiny_models import ROOT, _import_script, hf_greedy, hf_logits, hf_model, prompt_ids, tiny_checkpoint  # noqa: F401
 
@@ -84,7 +84,7 @@ def test_cached_decode_equals_full_recompute(variant):
     """
     folder, model = variant
     ids = prompt_ids(20, seed=1)
-    wide = Model(model.config, _map_arrays(model.params, lambda a: a.astype(np.float64)), dtype=np.float64)
+    wide = Model(model.config, map_arrays(model.params, lambda a: a.astype(np.float64)), dtype=np.float64)
     np.testing.assert_allclose(_run_cached(wide, ids), wide.logits(ids), rtol=0, atol=CACHE_ATOL)
     np.testing.assert_allclose(_run_cached(model, ids), hf_logits(folder, ids), rtol=0, atol=LOGITS_ATOL)
 

@@ -97,9 +97,9 @@ def _load_llama2c(path: Path, dtype):
 
     config, params = load_llama2c(path)
     if dtype != np.float32:
-        from tinyinfer.model import _map_arrays  # noqa: PLC0415
+        from tinyinfer.model import map_arrays  # noqa: PLC0415
 
-        params = _map_arrays(params, lambda a: a.astype(dtype))
+        params = map_arrays(params, lambda a: a.astype(dtype))
     return config, params
 
 

@@ -66,7 +66,7 @@ class Model:
         self.device = device
         self.dtype = np.dtype(dtype)
         self.xp = get_xp(device)
-        self.params = _map_arrays(arrange_for_matvec(params, config.tie_word_embeddings), lambda a: to_device(a, device))
+        self.params = map_arrays(arrange_for_matvec(params, config.tie_word_embeddings), lambda a: to_device(a, device))
         self.generation_config = generation_config or {}
         self.inv_freq = inv_frequencies(config.head_dim, config.rope_theta, config.rope_scaling)
         self.expert_load = None  # filled by Mixture-of-Experts layers when routing statistics are asked for
@@ -235,9 +235,10 @@ def leaves(tree):
         yield tree
 
 
-def _map_arrays(tree, fn):
+def map_arrays(tree, fn):
+    """The same parameter tree (nested dicts and lists) with fn applied to every array."""
     if isinstance(tree, dict):
-        return {key: _map_arrays(value, fn) for key, value in tree.items()}
+        return {key: map_arrays(value, fn) for key, value in tree.items()}
     if isinstance(tree, list):
-        return [_map_arrays(value, fn) for value in tree]
+        return [map_arrays(value, fn) for value in tree]
     return fn(tree)

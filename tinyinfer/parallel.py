@@ -32,7 +32,7 @@ import numpy as np
 
 from tinyinfer.backend import to_numpy
 from tinyinfer.errors import TinyInferError
-from tinyinfer.model import Model, _map_arrays
+from tinyinfer.model import Model, map_arrays
 
 
 def ring_all_reduce_bytes(nbytes: int, n: int) -> float:
@@ -90,7 +90,7 @@ class TensorParallelModel(Model):
         self.n = n
         shard_config = dataclasses.replace(model.config, n_heads=model.config.n_heads // n,
                                            n_kv_heads=model.config.n_kv_heads // n, d_ff=model.config.d_ff // n)
-        host = _map_arrays(model.params, to_numpy)  # each shard is built from host arrays, as a Model is
+        host = map_arrays(model.params, to_numpy)  # each shard is built from host arrays, as a Model is
         self.shards = [Model(shard_config, dict(host, layers=[shard_layer(layer, model.config, n, d) for layer in host["layers"]]),
                              device=model.device, dtype=model.dtype) for d in range(n)]
         self.bytes_per_device = 0.0  # sent by each device in all-reduces so far
