@@ -32,6 +32,7 @@ COMMANDS = {
     "models": ("models", "list built-in and locally cached models"),
     "bench": ("bench", "benchmarks that print ratios measured side by side in one run"),
     "course": ("course", "start and grade a course workspace"),
+    "serve": ("serve", "an OpenAI-compatible HTTP server over the batching engine"),
 }
 
 

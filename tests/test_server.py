@@ -1,0 +1,276 @@
+"""The OpenAI-compatible server: the same outputs as the engine run directly, streamed or whole, batched
+across clients, aborted when a client leaves, and an OpenAI-style error for every bad request."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+import tinyinfer
+from tinyinfer.chat import ChatTemplate
+from tinyinfer.engine import LLM
+from tinyinfer.engine.server import Server
+from tinyinfer.sampling import SamplingParams
+
+N_BLOCKS = 28  # 448 tokens of 16: less than the 512-token context, so a request can fit one and not the other
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tinyinfer.load("shakespeare")
+
+
+@pytest.fixture(scope="module")
+def server(model):
+    server = Server(LLM(model, n_blocks=N_BLOCKS), port=0, model_name="shakespeare",
+                    chat_template=ChatTemplate.for_model("shakespeare"))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.close()
+
+
+def post(server, path: str, body) -> tuple[int, dict]:
+    """POST a JSON body (or raw bytes); the status and the decoded JSON answer."""
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    request = urllib.request.Request(server.url + path, data, {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, json.load(response)
+    except urllib.error.HTTPError as e:
+        return e.code, json.load(e)
+
+
+def stream_events(server, path: str, body: dict) -> list:
+    """POST with stream=true; the decoded `data:` events of the Server-Sent Events, "[DONE]" kept as is."""
+    host, port = server.server_address[:2]
+    connection = http.client.HTTPConnection(host, port, timeout=60)
+    connection.request("POST", path, json.dumps({**body, "stream": True}), {"Content-Type": "application/json"})
+    response = connection.getresponse()
+    assert response.status == 200 and response.getheader("Content-Type") == "text/event-stream"
+    events = [line[len(b"data: "):].decode() for line in response.read().split(b"\n\n") if line]
+    connection.close()
+    return [event if event == "[DONE]" else json.loads(event) for event in events]
+
+
+def wait_idle(llm, seconds: float = 20.0) -> None:
+    """Wait (a bounded time) for the engine thread to have nothing left to run."""
+    deadline = time.monotonic() + seconds
+    while llm.has_unfinished() and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def test_models_and_health(server):
+    with urllib.request.urlopen(server.url + "/v1/models", timeout=10) as response:
+        listing = json.load(response)
+    assert listing["object"] == "list" and [card["id"] for card in listing["data"]] == ["shakespeare"]
+    with urllib.request.urlopen(server.url + "/health", timeout=10) as response:
+        assert response.status == 200
+
+
+def test_greedy_completion_equals_model_generate(server, model):
+    status, body = post(server, "/v1/completions", {"prompt": "ROMEO:", "max_tokens": 20, "temperature": 0})
+    solo = model.generate("ROMEO:", max_tokens=20, temperature=0)
+    assert status == 200 and body["object"] == "text_completion" and body["model"] == "shakespeare"
+    [choice] = body["choices"]
+    assert (choice["index"], choice["text"], choice["finish_reason"]) == (0, solo.text, "length")
+    assert body["usage"] == {"prompt_tokens": len(model.tokenizer.encode("ROMEO:")), "completion_tokens": 20,
+                             "total_tokens": len(model.tokenizer.encode("ROMEO:")) + 20}
+
+
+def test_seeded_batch_equals_the_engine_run_directly(server, model):
+    """A batch of prompts (text and token ids) with n=2: choice i*n + j is sample j of prompt i."""
+    prompts = ["JULIET:", [model.tokenizer.bos_token_id, 40, 41, 42]]
+    knobs = {"max_tokens": 12, "temperature": 0.9, "top_p": 0.95, "top_k": 40, "seed": 7, "n": 2,
+             "presence_penalty": 0.5, "frequency_penalty": 0.3, "logit_bias": {"5": 2.0}}
+    status, body = post(server, "/v1/completions", {"prompt": prompts, **knobs})
+    direct = LLM(model).generate(prompts, SamplingParams(**{**knobs, "logit_bias": {5: 2.0}}))
+    assert status == 200
+    assert [c["text"] for c in body["choices"]] == [sample.text for samples in direct for sample in samples]
+    assert [c["index"] for c in body["choices"]] == [0, 1, 2, 3]
+    completion = sum(len(sample.token_ids) for samples in direct for sample in samples)
+    assert body["usage"]["completion_tokens"] == completion
+    assert body["usage"]["prompt_tokens"] == len(model.tokenizer.encode("JULIET:")) + 4  # once per prompt, not per sample
+
+
+def test_a_stop_string_ends_with_finish_reason_stop(server, model):
+    full = model.generate("ROMEO:", max_tokens=40, temperature=0).text
+    assert "\n\n" in full.lstrip("\n")  # the greedy text has a blank line to stop at
+    status, body = post(server, "/v1/completions", {"prompt": "ROMEO:", "max_tokens": 40, "temperature": 0,
+                                                    "stop": ["\n\n"]})
+    [choice] = body["choices"]
+    assert choice["finish_reason"] == "stop"
+    assert choice["text"] == model.generate("ROMEO:", max_tokens=40, temperature=0, stop=["\n\n"]).text
+    assert full.startswith(choice["text"]) and len(choice["text"]) < len(full)
+
+
+def test_stream_deltas_join_to_the_whole_completion(server):
+    request = {"prompt": "KING HENRY:", "max_tokens": 30, "temperature": 0.8, "seed": 3}
+    _, whole = post(server, "/v1/completions", request)
+    events = stream_events(server, "/v1/completions", {**request, "stream_options": {"include_usage": True}})
+    assert events[-1] == "[DONE]"
+    chunks, usage = events[:-2], events[-2]["usage"]
+    assert all(c["object"] == "text_completion" for c in chunks)
+    assert "".join(c["choices"][0]["text"] for c in chunks) == whole["choices"][0]["text"]
+    assert [c["choices"][0]["finish_reason"] for c in chunks][-1] == whole["choices"][0]["finish_reason"]
+    assert usage == whole["usage"]
+
+
+def test_chat_through_the_template_whole_and_streamed(server, model):
+    messages = [{"role": "system", "content": "Speak in verse."}, {"role": "user", "content": "Who art thou?"}]
+    request = {"messages": messages, "max_completion_tokens": 16, "temperature": 0}
+    status, whole = post(server, "/v1/chat/completions", request)
+    prompt = ChatTemplate.for_model("shakespeare").render(messages, add_generation_prompt=True)
+    solo = model.generate(prompt, max_tokens=16, temperature=0, add_special_tokens=False)
+    assert status == 200 and whole["object"] == "chat.completion"
+    assert whole["choices"][0]["message"] == {"role": "assistant", "content": solo.text}
+    events = stream_events(server, "/v1/chat/completions", request)
+    assert events[-1] == "[DONE]" and all(e["object"] == "chat.completion.chunk" for e in events[:-1])
+    deltas = [e["choices"][0]["delta"] for e in events[:-1]]
+    assert deltas[0] == {"role": "assistant", "content": ""}
+    assert "".join(d.get("content", "") for d in deltas) == solo.text
+    assert events[-2]["choices"][0]["finish_reason"] == whole["choices"][0]["finish_reason"]
+
+
+def test_chat_without_a_template_is_refused(server, monkeypatch):
+    monkeypatch.setattr(server, "chat_template", None)
+    status, body = post(server, "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]})
+    assert status == 400 and "no chat template" in body["error"]["message"]
+
+
+def test_concurrent_clients_are_batched_and_get_their_solo_outputs(server, model):
+    requests = [{"prompt": f"{name}:", "max_tokens": 30, "temperature": t, "seed": i, "ignore_eos": True}
+                for i, (name, t) in enumerate([("ROMEO", 0), ("JULIET", 0.8), ("HAMLET", 1.0), ("LEAR", 0),
+                                               ("OTHELLO", 0.7), ("MACBETH", 0.9)])]
+    llm, first_step = server.engine.llm, len(server.engine.llm.step_log)
+    answers = [None] * len(requests)
+    start = threading.Barrier(len(requests))
+
+    def client(i):
+        start.wait()
+        answers[i] = post(server, "/v1/completions", requests[i])
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(len(requests))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for request, (status, body) in zip(requests, answers):
+        solo = model.generate(**request)  # unset knobs from generation_config.json, as the server does
+        assert status == 200 and body["choices"][0]["text"] == solo.text
+    assert max(record.num_seqs for record in llm.step_log[first_step:]) > 1  # they shared engine steps
+
+
+def test_a_client_that_disconnects_mid_stream_is_aborted_and_its_blocks_freed(server):
+    llm = server.engine.llm
+    wait_idle(llm)
+    generated_before, max_tokens = llm.generated_tokens, 400
+    host, port = server.server_address[:2]
+    connection = http.client.HTTPConnection(host, port, timeout=60)
+    connection.request("POST", "/v1/completions", json.dumps({"prompt": "ROMEO:", "max_tokens": max_tokens,
+                                                             "ignore_eos": True, "stream": True}))
+    response = connection.getresponse()
+    assert response.readline().startswith(b"data: ")  # the first chunk came: the request is running
+    response.close()
+    connection.close()  # the client goes away mid-stream
+    wait_idle(llm)
+    assert not llm.has_unfinished() and not server.engine.routes
+    assert llm.generated_tokens - generated_before < max_tokens  # stopped early: aborted, not run to the end
+    assert llm.scheduler.allocator.num_free == N_BLOCKS  # every block back in the pool
+
+
+TOO_LONG = list(range(10, 600))  # 590 token ids: more than the 512-token context window
+
+
+@pytest.mark.parametrize("path, body, status, param, words", [
+    ("/v1/completions", b'{"prompt": "ROMEO:", ', 400, None, "not valid JSON"),
+    ("/v1/completions", b'["ROMEO:"]', 400, None, "not an object"),
+    ("/v1/completions", {"prompt": "ROMEO:", "temperature": "hot"}, 400, "temperature", "not a number"),
+    ("/v1/completions", {"prompt": "ROMEO:", "max_tokens": -1}, 400, "max_tokens", "integer >= 1"),
+    ("/v1/completions", {"prompt": "ROMEO:", "n": True}, 400, "n", "integer >= 1"),
+    ("/v1/completions", {"prompt": "ROMEO:", "stream": "yes"}, 400, "stream", "true or false"),
+    ("/v1/completions", {"prompt": TOO_LONG, "max_tokens": 5}, 400, None, "context window"),
+    ("/v1/completions", {"prompt": "ROMEO:", "max_tokens": 480}, 400, None, "KV blocks"),  # fits 512, not the pool
+    ("/v1/completions", {"prompt": "ROMEO:", "logit_bias": {"4096": 1}}, 400, None, "outside the vocabulary"),
+    ("/v1/completions", {"max_tokens": 5}, 400, "prompt", "missing"),
+    ("/v1/completions", {"prompt": "ROMEO:", "model": "gpt-4"}, 404, "model", "not served here"),
+    ("/v1/completions", {"prompt": "ROMEO:", "logprobs": 2}, 400, "logprobs", "logprobs"),
+    ("/v1/completions", {"prompt": "ROMEO:", "echo": True}, 400, "echo", "not supported"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}],
+                              "response_format": {"type": "json_schema", "json_schema": {"schema": {}}}},
+     400, "response_format", "structured output"),
+    ("/v1/chat/completions", {"messages": "hi"}, 400, "messages", "non-empty list"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, 400, "messages",
+     "text only"),
+    ("/v1/nowhere", {}, 404, None, "no endpoint"),
+])
+def test_bad_input_gets_an_openai_error_and_the_server_carries_on(server, path, body, status, param, words):
+    got, answer = post(server, path, body)
+    assert got == status
+    assert answer["error"]["type"] == "invalid_request_error" and answer["error"]["param"] == param
+    assert words in answer["error"]["message"] and answer["error"]["code"] is None
+    assert post(server, "/v1/completions", {"prompt": "ROMEO:", "max_tokens": 2, "user": "x"})[0] == 200
+
+
+def test_an_internal_error_is_a_500_and_the_engine_keeps_serving(server, model, monkeypatch):
+    def broken_forward(*args, **kwargs):
+        raise RuntimeError("a bug in the model")
+
+    monkeypatch.setattr(model, "forward", broken_forward)
+    status, body = post(server, "/v1/completions", {"prompt": "ROMEO:", "max_tokens": 3})
+    assert status == 500 and "a bug in the model" in body["error"]["message"]
+    monkeypatch.undo()
+    assert post(server, "/v1/completions", {"prompt": "ROMEO:", "max_tokens": 3})[0] == 200
+    assert server.engine.llm.scheduler.allocator.num_free == N_BLOCKS
+
+
+def test_cli_a_port_in_use_is_one_error_line():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run([sys.executable, "-m", "tinyinfer", "serve", "--port", str(port)],
+                              capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert done.stderr.startswith(f"error: cannot listen on 127.0.0.1:{port}") and done.stderr.count("\n") == 1
+
+
+def test_cli_serves_and_stops_cleanly_on_ctrl_c():
+    process = subprocess.Popen([sys.executable, "-m", "tinyinfer", "serve", "--port", "0"],
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        line = process.stderr.readline()  # "tinyinfer: serving 'shakespeare' at http://127.0.0.1:PORT/v1 ..."
+        url = line.split(" at ")[1].split()[0]
+        with urllib.request.urlopen(url.removesuffix("/v1") + "/health", timeout=30) as response:
+            assert response.status == 200
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=30) == 0
+        assert "Traceback" not in process.stderr.read()
+    finally:
+        process.kill()
+
+
+def test_the_openai_client_talks_to_it(server, model):
+    openai = pytest.importorskip("openai")
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused")
+    completion = client.completions.create(model="shakespeare", prompt="ROMEO:", max_tokens=10, temperature=0)
+    assert completion.choices[0].text == model.generate("ROMEO:", max_tokens=10, temperature=0).text
+    stream = client.chat.completions.create(model="shakespeare", messages=[{"role": "user", "content": "Hail!"}],
+                                            max_tokens=10, temperature=0, stream=True)
+    pieces = [chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices]
+    whole = client.chat.completions.create(model="shakespeare", messages=[{"role": "user", "content": "Hail!"}],
+                                           max_tokens=10, temperature=0)
+    assert "".join(pieces) == whole.choices[0].message.content
+    with pytest.raises(openai.BadRequestError):
+        client.completions.create(model="shakespeare", prompt="ROMEO:", temperature=-1)

@@ -1,0 +1,53 @@
+"""`tinyinfer serve`: an OpenAI-compatible HTTP server over the batching engine (tinyinfer/engine/server.py).
+
+    python -m tinyinfer serve --port 8000
+    curl localhost:8000/v1/completions -H 'Content-Type: application/json' \\
+         -d '{"prompt": "ROMEO:", "max_tokens": 30, "temperature": 0}'
+
+Ctrl-C stops it.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import tinyinfer
+from tinyinfer.engine import LLM
+from tinyinfer.engine.server import Server, chat_template_of
+from tinyinfer.errors import TinyInferError
+from tinyinfer.resolve import DEFAULT_MODEL
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--model", default=None, help="built-in name, model folder, llama2.c .bin, or HF repo id "
+                        "(default: the built-in model)")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
+    parser.add_argument("--port", type=int, default=8000, help="port to listen on (0: any free port)")
+    parser.add_argument("--served-model-name", default=None, help="the model's name in the API (default: --model)")
+    parser.add_argument("--max-num-seqs", type=int, default=32, help="sequences running at once")
+    parser.add_argument("--max-num-batched-tokens", type=int, default=512, help="tokens per engine step")
+    parser.add_argument("--block-size", type=int, default=16, help="tokens per KV block")
+    parser.add_argument("--no-prefix-caching", action="store_true", help="do not reuse the KV blocks of shared prefixes")
+
+
+def run(args) -> int:
+    if not 0 <= args.port <= 65535:
+        raise TinyInferError(f"--port {args.port} is not a port: give 0..65535 (0: any free port)")
+    model = tinyinfer.load(args.model, device=args.device)
+    llm = LLM(model, block_size=args.block_size, max_num_seqs=args.max_num_seqs,
+              max_num_batched_tokens=args.max_num_batched_tokens, prefix_caching=not args.no_prefix_caching)
+    name = args.served_model_name or args.model or DEFAULT_MODEL
+    try:
+        server = Server(llm, args.host, args.port, name, chat_template_of(args.model))
+    except OSError as e:  # the port is taken, the address is not this machine's...
+        raise TinyInferError(f"cannot listen on {args.host}:{args.port}: {e.strerror or e}: choose another --port "
+                             "(or stop the program using it)") from None
+    print(f"tinyinfer: serving {name!r} at {server.url}/v1 (Ctrl-C to stop)", file=sys.stderr, flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass  # Ctrl-C is how a server is stopped: a clean exit, not an error
+    finally:
+        server.close()
+    return 0
