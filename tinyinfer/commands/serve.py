@@ -12,8 +12,9 @@ from __future__ import annotations
 import sys
 
 import tinyinfer
+from tinyinfer.chat import ChatTemplate
 from tinyinfer.engine import LLM
-from tinyinfer.engine.server import Server, chat_template_of
+from tinyinfer.engine.server import Server
 from tinyinfer.errors import TinyInferError
 from tinyinfer.resolve import DEFAULT_MODEL
 
@@ -51,3 +52,11 @@ def run(args) -> int:
     finally:
         server.close()
     return 0
+
+
+def chat_template_of(model_spec) -> ChatTemplate | None:
+    """The model's chat template, or None when it has none (the chat endpoint then refuses, saying so)."""
+    try:
+        return ChatTemplate.for_model(model_spec)
+    except TinyInferError:
+        return None

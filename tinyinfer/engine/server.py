@@ -43,7 +43,6 @@ import uuid
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from tinyinfer.chat import ChatTemplate
 from tinyinfer.errors import TinyInferError
 from tinyinfer.generation import check_fits, encode_prompt, resolve_params
 from tinyinfer.sampling import SamplingParams
@@ -53,8 +52,8 @@ SAMPLING_FIELDS = {name: name for name in (
     "max_tokens", "temperature", "top_p", "n", "stop", "seed", "presence_penalty", "frequency_penalty",
     "logit_bias", "top_k", "min_p", "repetition_penalty", "stop_token_ids", "ignore_eos")}
 SAMPLING_FIELDS["max_completion_tokens"] = "max_tokens"  # the chat API's newer name; it wins over max_tokens
-IGNORED_FIELDS = {"model", "stream", "stream_options", "user", "metadata", "store", "service_tier",
-                  "parallel_tool_calls"}  # no effect on the output
+OTHER_FIELDS = {"prompt", "messages", "model", "stream", "stream_options",  # read by the handler
+                "user", "metadata", "store", "service_tier", "parallel_tool_calls"}  # no effect on the output
 NO_OP_VALUES = {"echo": False, "best_of": 1, "suffix": "", "logprobs": False, "top_logprobs": 0, "tools": [],
                 "tool_choice": "none", "response_format": {"type": "text"}}  # accepted at these values only
 UNSUPPORTED = {  # fields that would change the output, and why they are refused
@@ -99,7 +98,8 @@ STOP = None  # tells the engine thread to end
 
 
 class Engine:
-    """The one thread that owns the LLM. Other threads only `submit` and `abort`, through the inbox."""
+    """The one thread that owns the LLM. Other threads only `submit` and `abort`: their calls travel through
+    the inbox as functions the engine thread runs between two steps."""
 
     def __init__(self, llm):
         self.llm = llm
@@ -109,11 +109,11 @@ class Engine:
         self.thread.start()
 
     def submit(self, submission: Submission) -> None:
-        self.inbox.put(("add", submission))
+        self.inbox.put(lambda: self._admit(submission))
 
     def abort(self, submission: Submission) -> None:
-        """Stop what is left of a submission (ids already finished are ignored by LLM.abort)."""
-        self.inbox.put(("abort", submission))
+        """Stop what is left of a submission: its blocks go back to the pool before the next step."""
+        self.inbox.put(lambda: self._abort(submission))
 
     def stop(self) -> None:
         self.inbox.put(STOP)
@@ -121,14 +121,13 @@ class Engine:
 
     def _loop(self) -> None:
         while True:
-            messages = [] if self.llm.has_unfinished() else [self.inbox.get()]  # idle: sleep until work comes
+            calls = [] if self.llm.has_unfinished() else [self.inbox.get()]  # idle: sleep until work comes
             while not self.inbox.empty():
-                messages.append(self.inbox.get())
-            for message in messages:
-                if message is STOP:
+                calls.append(self.inbox.get())
+            for call in calls:
+                if call is STOP:
                     return
-                kind, submission = message
-                self._admit(submission) if kind == "add" else self._abort(submission)
+                call()
             if self.llm.has_unfinished():
                 self._step()
 
@@ -137,7 +136,7 @@ class Engine:
         try:
             for rid, prompt_ids, params in submission.requests:
                 added.append(self.llm.add_request(prompt_ids, params, request_id=rid))
-        except Exception as e:  # noqa: BLE001 - bad input, or a bug: the handler answers 400 or 500
+        except Exception as e:  # noqa: BLE001 - bad input (a 400), or a bug (a 500): the handler answers it
             for rid in added:
                 self.llm.abort(rid)
             submission.events.put(e)
@@ -147,7 +146,7 @@ class Engine:
 
     def _abort(self, submission: Submission) -> None:
         for rid, _, _ in submission.requests:
-            self.llm.abort(rid)  # its blocks go back to the pool now
+            self.llm.abort(rid)  # ids that already finished are ignored
             self.routes.pop(rid, None)
 
     def _step(self) -> None:
@@ -171,7 +170,7 @@ class Server(ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(self, llm, host: str = "127.0.0.1", port: int = 8000, model_name: str = "shakespeare",
-                 chat_template: ChatTemplate | None = None):
+                 chat_template=None):
         super().__init__((host, port), Handler)  # binds now: a port in use fails here, before any thread starts
         self.model, self.model_name, self.chat_template = llm.model, model_name, chat_template
         self.created = int(time.time())
@@ -203,7 +202,7 @@ class Handler(BaseHTTPRequestHandler):
         pass  # no access log: the server prints one line when it starts, and errors go to the client
 
     def _route(self, routes: dict) -> None:
-        self.started_stream = False
+        self.streaming = False
         try:
             path = self.path.split("?")[0]
             if path not in routes:
@@ -212,10 +211,8 @@ class Handler(BaseHTTPRequestHandler):
             routes[path]()
         except (ClientGone, ConnectionError):
             self.close_connection = True
-        except RequestError as e:
-            self._send_error(e.status, str(e), e.param)
         except TinyInferError as e:
-            self._send_error(400, str(e))
+            self._send_error(getattr(e, "status", 400), str(e), getattr(e, "param", None))
         except Exception as e:  # noqa: BLE001 - a bug must not take the server down
             self._send_error(500, f"internal error ({type(e).__name__}: {e})", kind="internal_server_error")
 
@@ -224,53 +221,34 @@ class Handler(BaseHTTPRequestHandler):
                 "owned_by": "tinyinfer", "max_model_len": self.server.model.config.max_seq_len}
         self._send_json(200, {"object": "list", "data": [card]})
 
-    # -- requests in -------------------------------------------------------------------------------------------
-
-    def _read_body(self) -> dict:
-        try:
-            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"null")
-        except (ValueError, UnicodeDecodeError) as e:  # JSONDecodeError is a ValueError, so is a bad length
-            raise RequestError(f"the request body is not valid JSON ({e}): send a JSON object") from None
-        if not isinstance(body, dict):
-            raise RequestError(f"the request body is a JSON {type(body).__name__}, not an object: send "
-                               '{"prompt": ..., "max_tokens": ...}')
-        return body
-
     def _generate(self, chat: bool) -> None:
-        body = self._read_body()
-        server, model = self.server, self.server.model
+        body, server = read_json(self.rfile, self.headers.get("Content-Length")), self.server
         if body.get("model") not in (None, server.model_name):
             raise RequestError(f"model {body['model']!r} is not served here: this server serves "
                                f"{server.model_name!r}", "model", 404)
         stream, include_usage = stream_options(body)
-        prompts = [chat_prompt(server, body.get("messages"))] if chat else completion_prompts(model, body.get("prompt"))
-        params = sampling_params(model, body)
+        prompts = chat_prompt(server, body.get("messages")) if chat else completion_prompts(server.model, body.get("prompt"))
+        params = sampling_params(server.model, body)
         given = body.get("max_tokens") is not None or body.get("max_completion_tokens") is not None
-        submission = Submission([(f"{uuid.uuid4().hex}-{i}", ids, fit_max_tokens(model, ids, params, given))
+        submission = Submission([(f"{uuid.uuid4().hex}-{i}", ids, fit_max_tokens(server.model, ids, params, given))
                                  for i, ids in enumerate(prompts)])
         server.engine.submit(submission)
         try:
-            self._next_event(submission)  # ACCEPTED, or the engine's refusal raised here (before any header)
+            events = self._events(submission)
+            next(events)  # ACCEPTED, or the engine's refusal raised here, before any header is sent
             reply = Reply(chat, server.model_name, submission)
             if stream:
-                self._stream(reply.chunks(self._outputs(submission), include_usage))
+                self._stream(reply.chunks(events, include_usage))
             else:
-                self._send_json(200, reply.whole(self._outputs(submission)))
+                self._send_json(200, reply.whole(events))
         finally:
             server.engine.abort(submission)  # a no-op once finished; frees the blocks of a client that left
 
-    def _outputs(self, submission: Submission):
-        """The engine's RequestOutputs for the submission, until every choice has finished."""
+    def _events(self, submission: Submission):
+        """The engine's answers: ACCEPTED, then RequestOutputs until every choice has finished. Raises the
+        engine's error, or ClientGone when the client leaves meanwhile."""
         unfinished = set(submission.keys())
         while unfinished:
-            out = self._next_event(submission)
-            if out.finished:
-                unfinished.discard((out.request_id, out.index))
-            yield out
-
-    def _next_event(self, submission: Submission):
-        """The engine's next answer; raises the engine's error, or ClientGone if the client left meanwhile."""
-        while True:
             try:
                 event = submission.events.get(timeout=POLL_S)
             except queue.Empty:
@@ -279,7 +257,9 @@ class Handler(BaseHTTPRequestHandler):
                 continue
             if isinstance(event, Exception):
                 raise event
-            return event
+            if event is not ACCEPTED and event.finished:
+                unfinished.discard((event.request_id, event.index))
+            yield event
 
     def _client_gone(self) -> bool:
         """The client closed its end: its socket reads as end-of-file (peeked, so nothing is consumed)."""
@@ -289,20 +269,16 @@ class Handler(BaseHTTPRequestHandler):
         except OSError:
             return True
 
-    # -- responses out -----------------------------------------------------------------------------------------
-
     def _stream(self, chunks) -> None:
+        """Server-Sent Events: a `data:` line per chunk, a blank line after each, and [DONE] at the end."""
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
         self.end_headers()
-        self.started_stream = True
+        self.streaming = True
         for chunk in chunks:
-            self._send_event(chunk)
+            self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")  # a failed write: ClientGone's twin
         self.wfile.write(b"data: [DONE]\n\n")
-
-    def _send_event(self, payload: dict) -> None:
-        self.wfile.write(b"data: " + json.dumps(payload).encode() + b"\n\n")
 
     def _send_json(self, status: int, payload: dict) -> None:
         data = json.dumps(payload).encode()
@@ -312,13 +288,12 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def _send_error(self, status: int, message: str, param: str | None = None,
-                    kind: str = "invalid_request_error") -> None:
+    def _send_error(self, status: int, message: str, param: str | None = None, kind: str = "invalid_request_error"):
         """OpenAI's error body; once a stream has started, its last event instead of a status."""
         error = {"error": {"message": message, "type": kind, "param": param, "code": None}}
         try:
-            if self.started_stream:
-                self._send_event(error)
+            if self.streaming:
+                self.wfile.write(b"data: " + json.dumps(error).encode() + b"\n\n")
             else:
                 self._send_json(status, error)
         except ConnectionError:
@@ -326,58 +301,66 @@ class Handler(BaseHTTPRequestHandler):
 
 
 class Reply:
-    """Builds the OpenAI response bodies (whole, or as stream chunks) of one submission from its outputs."""
+    """The OpenAI response bodies of one submission, whole or as stream chunks, built from its outputs."""
 
     def __init__(self, chat: bool, model_name: str, submission: Submission):
-        self.chat, self.submission = chat, submission
+        self.chat, self.prompts = chat, [ids for _, ids, _ in submission.requests]
         self.index = {key: i for i, key in enumerate(submission.keys())}  # (request id, sample) -> choice index
-        prefix, self.object = ("chatcmpl", "chat.completion") if chat else ("cmpl", "text_completion")
-        self.head = {"id": f"{prefix}-{uuid.uuid4().hex}", "object": self.object, "created": int(time.time()),
+        kind = ("chatcmpl", "chat.completion") if chat else ("cmpl", "text_completion")
+        self.head = {"id": f"{kind[0]}-{uuid.uuid4().hex}", "object": kind[1], "created": int(time.time()),
                      "model": model_name}
 
     def whole(self, outputs) -> dict:
         final = {(out.request_id, out.index): out for out in outputs if out.finished}
-        choices = [self._choice(self.index[key], final[key].text, final[key].finish_reason) for key in self.index]
-        return {**self.head, "choices": choices, "usage": self.usage(final.values())}
+        choices = [self._choice(i, final[key].text, final[key].finish_reason) for key, i in self.index.items()]
+        return {**self.head, "choices": choices, "usage": self._usage(final.values())}
 
     def chunks(self, outputs, include_usage: bool):
-        """Stream chunks: (chat) a role delta per choice first, then each output's new text."""
-        head = {**self.head, "object": "chat.completion.chunk" if self.chat else self.object}
-        extra = {"usage": None} if include_usage else {}
-        if self.chat:
-            for i in self.index.values():
-                yield {**head, "choices": [self._delta(i, {"role": "assistant", "content": ""}, None)], **extra}
+        """Each output's new text as a chunk; a chat stream first says each choice's role."""
+        head = {**self.head, "object": "chat.completion.chunk" if self.chat else "text_completion"}
+        usage = {"usage": None} if include_usage else {}
+        for i in self.index.values() if self.chat else []:
+            yield {**head, "choices": [{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+                                        "finish_reason": None}], **usage}
         shown = dict.fromkeys(self.index, 0)  # characters of each choice's text sent so far
         final = []
         for out in outputs:
             key = (out.request_id, out.index)
             new_text, shown[key] = out.text[shown[key]:], len(out.text)
             if new_text or out.finished:
-                delta = {"content": new_text} if new_text else {}
-                choice = (self._delta(self.index[key], delta, out.finish_reason) if self.chat else
-                          self._choice(self.index[key], new_text, out.finish_reason))
-                yield {**head, "choices": [choice], **extra}
-            if out.finished:
-                final.append(out)
+                yield {**head, "choices": [self._choice(self.index[key], new_text, out.finish_reason, True)], **usage}
+            final += [out] * out.finished
         if include_usage:
-            yield {**head, "choices": [], "usage": self.usage(final)}
+            yield {**head, "choices": [], "usage": self._usage(final)}
 
-    def _choice(self, index: int, text: str, reason: str | None) -> dict:
-        reason = FINISH_REASONS.get(reason, reason)
-        content = {"message": {"role": "assistant", "content": text}} if self.chat else {"text": text}
-        return {"index": index, **content, "logprobs": None, "finish_reason": reason}
+    def _choice(self, index: int, text: str, reason: str | None, delta: bool = False) -> dict:
+        if not self.chat:
+            content = {"text": text}
+        elif delta:
+            content = {"delta": {"content": text} if text else {}}
+        else:
+            content = {"message": {"role": "assistant", "content": text}}
+        return {"index": index, **content, "logprobs": None, "finish_reason": FINISH_REASONS.get(reason, reason)}
 
-    def _delta(self, index: int, delta: dict, reason: str | None) -> dict:
-        return {"index": index, "delta": delta, "logprobs": None, "finish_reason": FINISH_REASONS.get(reason, reason)}
-
-    def usage(self, finals) -> dict:
+    def _usage(self, finals) -> dict:
         """Prompt tokens count once per prompt (not per sample); completion tokens as model.generate counts them."""
-        prompt = sum(len(ids) for _, ids, _ in self.submission.requests)
-        completion = sum(len(out.token_ids) for out in finals)
+        prompt, completion = sum(map(len, self.prompts)), sum(len(out.token_ids) for out in finals)
         return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
 # -- checking a request ------------------------------------------------------------------------------------------
+
+
+def read_json(stream, length) -> dict:
+    """The request body: a JSON object."""
+    try:
+        body = json.loads(stream.read(int(length or 0)) or b"null")
+    except (ValueError, UnicodeDecodeError) as e:  # JSONDecodeError is a ValueError, so is a bad length
+        raise RequestError(f"the request body is not valid JSON ({e}): send a JSON object") from None
+    if not isinstance(body, dict):
+        raise RequestError(f"the request body is a JSON {type(body).__name__}, not an object: send "
+                           '{"prompt": ..., "max_tokens": ...}')
+    return body
 
 
 def sampling_params(model, body: dict) -> SamplingParams:
@@ -385,15 +368,13 @@ def sampling_params(model, body: dict) -> SamplingParams:
     Every field is checked alone first, so an error names the field (`param`) it came from."""
     overrides = {}
     for name, value in body.items():
-        if value is None or name in IGNORED_FIELDS or name in ("prompt", "messages"):
+        if value is None or name in OTHER_FIELDS or (name == "max_tokens" and body.get("max_completion_tokens") is not None):
             continue  # null means "not given", as in the OpenAI API
         if name in NO_OP_VALUES and type(value) is type(NO_OP_VALUES[name]) and value == NO_OP_VALUES[name]:
             continue
         if name not in SAMPLING_FIELDS:
-            reason = UNSUPPORTED.get(name, "this server does not know it: remove it")
-            raise RequestError(f"{name}={value!r} is not supported: {reason}", name)
-        if name == "max_tokens" and body.get("max_completion_tokens") is not None:
-            continue
+            raise RequestError(f"{name}={value!r} is not supported: "
+                               f"{UNSUPPORTED.get(name, 'this server does not know it: remove it')}", name)
         try:
             SamplingParams(**{SAMPLING_FIELDS[name]: value})
         except TinyInferError as e:
@@ -434,8 +415,8 @@ def completion_prompts(model, prompt) -> list[list[int]]:
         raise RequestError(f"{e} (prompt is a text, a list of token ids, or a list of either)", "prompt") from None
 
 
-def chat_prompt(server: Server, messages) -> list[int]:
-    """The conversation rendered by the model's chat template, as token ids."""
+def chat_prompt(server: Server, messages) -> list[list[int]]:
+    """The conversation rendered by the model's chat template: one prompt's token ids."""
     if server.chat_template is None:
         raise RequestError(f"the model {server.model_name!r} has no chat template (no chat_template in its "
                            "tokenizer_config.json): use /v1/completions, or serve a chat model", "messages")
@@ -445,7 +426,7 @@ def chat_prompt(server: Server, messages) -> list[int]:
     messages = [{**m, "content": message_text(m.get("content"))} if isinstance(m, dict) else m for m in messages]
     try:
         text = server.chat_template.render(messages, add_generation_prompt=True)
-        return encode_prompt(server.model, text, add_special_tokens=False)  # the template holds its special tokens
+        return [encode_prompt(server.model, text, add_special_tokens=False)]  # the template holds its special tokens
     except TinyInferError as e:
         raise RequestError(str(e), "messages") from None
 
@@ -459,11 +440,3 @@ def message_text(content) -> str | None:
         return "\n".join(p["text"] for p in content)
     raise RequestError(f"message content {content!r:.60} is invalid: give a string or a list of "
                        '{"type": "text", "text": ...} parts (this server reads text only)', "messages")
-
-
-def chat_template_of(model_spec) -> ChatTemplate | None:
-    """The model's chat template, or None when it has none (the chat endpoint then refuses, saying so)."""
-    try:
-        return ChatTemplate.for_model(model_spec)
-    except TinyInferError:
-        return None
