@@ -101,7 +101,7 @@ def test_seeded_batch_equals_the_engine_run_directly(server, model):
     assert [c["index"] for c in body["choices"]] == [0, 1, 2, 3]
     completion = sum(len(sample.token_ids) for samples in direct for sample in samples)
     assert body["usage"]["completion_tokens"] == completion
-    assert body["usage"]["prompt_tokens"] == len(model.tokenizer.encode("JULIET:")) + 4  # once per prompt, not per sample
+    assert body["usage"]["prompt_tokens"] == len(model.tokenizer.encode("JULIET:")) + 4  # once per prompt, not n times
 
 
 def test_a_stop_string_ends_with_finish_reason_stop(server, model):
@@ -109,6 +109,7 @@ def test_a_stop_string_ends_with_finish_reason_stop(server, model):
     assert "\n\n" in full.lstrip("\n")  # the greedy text has a blank line to stop at
     status, body = post(server, "/v1/completions", {"prompt": "ROMEO:", "max_tokens": 40, "temperature": 0,
                                                     "stop": ["\n\n"]})
+    assert status == 200
     [choice] = body["choices"]
     assert choice["finish_reason"] == "stop"
     assert choice["text"] == model.generate("ROMEO:", max_tokens=40, temperature=0, stop=["\n\n"]).text
@@ -199,6 +200,7 @@ TOO_LONG = list(range(10, 600))  # 590 token ids: more than the 512-token contex
     ("/v1/completions", {"prompt": "ROMEO:", "temperature": "hot"}, 400, "temperature", "not a number"),
     ("/v1/completions", {"prompt": "ROMEO:", "max_tokens": -1}, 400, "max_tokens", "integer >= 1"),
     ("/v1/completions", {"prompt": "ROMEO:", "n": True}, 400, "n", "integer >= 1"),
+    ("/v1/completions", {"prompt": "ROMEO:", "n": 10**9}, 400, "n", "more samples than the engine runs at once"),
     ("/v1/completions", {"prompt": "ROMEO:", "stream": "yes"}, 400, "stream", "true or false"),
     ("/v1/completions", {"prompt": TOO_LONG, "max_tokens": 5}, 400, None, "context window"),
     ("/v1/completions", {"prompt": "ROMEO:", "max_tokens": 480}, 400, None, "KV blocks"),  # fits 512, not the pool
@@ -241,7 +243,7 @@ def test_cli_a_port_in_use_is_one_error_line():
         taken.listen()
         port = taken.getsockname()[1]
         done = subprocess.run([sys.executable, "-m", "tinyinfer", "serve", "--port", str(port)],
-                              capture_output=True, text=True, timeout=60)
+                              check=False, capture_output=True, text=True, timeout=60)
     assert done.returncode == 1
     assert done.stderr.startswith(f"error: cannot listen on 127.0.0.1:{port}") and done.stderr.count("\n") == 1
 

@@ -29,7 +29,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--max-num-seqs", type=int, default=32, help="sequences running at once")
     parser.add_argument("--max-num-batched-tokens", type=int, default=512, help="tokens per engine step")
     parser.add_argument("--block-size", type=int, default=16, help="tokens per KV block")
-    parser.add_argument("--no-prefix-caching", action="store_true", help="do not reuse the KV blocks of shared prefixes")
+    parser.add_argument("--no-prefix-caching", action="store_true",
+                        help="do not reuse the KV blocks of shared prompt prefixes")
 
 
 def run(args) -> int:

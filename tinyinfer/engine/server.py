@@ -56,14 +56,9 @@ OTHER_FIELDS = {"prompt", "messages", "model", "stream", "stream_options",  # re
                 "user", "metadata", "store", "service_tier", "parallel_tool_calls"}  # no effect on the output
 NO_OP_VALUES = {"echo": False, "best_of": 1, "suffix": "", "logprobs": False, "top_logprobs": 0, "tools": [],
                 "tool_choice": "none", "response_format": {"type": "text"}}  # accepted at these values only
-UNSUPPORTED = {  # fields that would change the output, and why they are refused
-    "logprobs": "the serving engine does not return logprobs yet: leave it out, or use model.generate(logprobs=N)",
-    "top_logprobs": "the serving engine does not return logprobs yet: leave it out",
-    "response_format": "structured output is not supported by the serving engine yet: leave it out, or use "
-                       "`python -m tinyinfer generate --json-schema FILE`",
-    "tools": "tool calls are not supported by this server: leave tools out",
-    "tool_choice": "tool calls are not supported by this server: leave tool_choice out",
-}
+LOGPROBS, TOOLS = "the serving engine does not return logprobs yet", "this server makes no tool calls"
+UNSUPPORTED = {"logprobs": LOGPROBS, "top_logprobs": LOGPROBS, "tools": TOOLS, "tool_choice": TOOLS,  # and why
+               "response_format": "the serving engine has no structured output yet (generate --json-schema has)"}
 FINISH_REASONS = {"eos": "stop", "stop": "stop", "length": "length"}  # the engine's reasons -> OpenAI's
 POLL_S = 0.25  # how often a waiting handler checks that its client is still connected
 
@@ -198,7 +193,7 @@ class Handler(BaseHTTPRequestHandler):
         self._route({"/v1/completions": lambda: self._generate(chat=False),
                      "/v1/chat/completions": lambda: self._generate(chat=True)})
 
-    def log_message(self, format, *args) -> None:  # noqa: A002 - the base class's name
+    def log_message(self, format, *args) -> None:
         pass  # no access log: the server prints one line when it starts, and errors go to the client
 
     def _route(self, routes: dict) -> None:
@@ -222,27 +217,19 @@ class Handler(BaseHTTPRequestHandler):
         self._send_json(200, {"object": "list", "data": [card]})
 
     def _generate(self, chat: bool) -> None:
-        body, server = read_json(self.rfile, self.headers.get("Content-Length")), self.server
-        if body.get("model") not in (None, server.model_name):
-            raise RequestError(f"model {body['model']!r} is not served here: this server serves "
-                               f"{server.model_name!r}", "model", 404)
-        stream, include_usage = stream_options(body)
-        prompts = chat_prompt(server, body.get("messages")) if chat else completion_prompts(server.model, body.get("prompt"))
-        params = sampling_params(server.model, body)
-        given = body.get("max_tokens") is not None or body.get("max_completion_tokens") is not None
-        submission = Submission([(f"{uuid.uuid4().hex}-{i}", ids, fit_max_tokens(server.model, ids, params, given))
-                                 for i, ids in enumerate(prompts)])
-        server.engine.submit(submission)
+        body = read_json(self.rfile, self.headers.get("Content-Length"))
+        submission, (stream, include_usage) = make_submission(self.server, body, chat), stream_options(body)
+        self.server.engine.submit(submission)
         try:
             events = self._events(submission)
             next(events)  # ACCEPTED, or the engine's refusal raised here, before any header is sent
-            reply = Reply(chat, server.model_name, submission)
+            reply = Reply(chat, self.server.model_name, submission)
             if stream:
                 self._stream(reply.chunks(events, include_usage))
             else:
                 self._send_json(200, reply.whole(events))
         finally:
-            server.engine.abort(submission)  # a no-op once finished; frees the blocks of a client that left
+            self.server.engine.abort(submission)  # a no-op once finished; frees the blocks of a client that left
 
     def _events(self, submission: Submission):
         """The engine's answers: ACCEPTED, then RequestOutputs until every choice has finished. Raises the
@@ -363,18 +350,34 @@ def read_json(stream, length) -> dict:
     return body
 
 
+def make_submission(server: Server, body: dict, chat: bool) -> Submission:
+    """The engine's work for a request body: each prompt's token ids with its SamplingParams."""
+    model, max_seqs = server.model, server.engine.llm.scheduler.config.max_num_seqs
+    if body.get("model") not in (None, server.model_name):
+        raise RequestError(f"model {body['model']!r} is not served here: this server serves {server.model_name!r}",
+                           "model", 404)
+    prompts = chat_prompt(server, body.get("messages")) if chat else completion_prompts(model, body.get("prompt"))
+    params = sampling_params(model, body)
+    if params.n > max_seqs:  # the samples of a request must be able to run at once
+        raise RequestError(f"n={params.n} is more samples than the engine runs at once ({max_seqs}): lower n, or "
+                           "serve with a larger --max-num-seqs", "n")
+    given = body.get("max_tokens") is not None or body.get("max_completion_tokens") is not None
+    return Submission([(f"{uuid.uuid4().hex}-{i}", ids, fit_max_tokens(model, ids, params, given))
+                       for i, ids in enumerate(prompts)])
+
+
 def sampling_params(model, body: dict) -> SamplingParams:
     """The request's SamplingParams: the fields it gives over the model's generation_config.json defaults.
     Every field is checked alone first, so an error names the field (`param`) it came from."""
-    overrides = {}
+    overrides, newer = {}, body.get("max_completion_tokens") is not None
     for name, value in body.items():
-        if value is None or name in OTHER_FIELDS or (name == "max_tokens" and body.get("max_completion_tokens") is not None):
+        if value is None or name in OTHER_FIELDS or (name == "max_tokens" and newer):
             continue  # null means "not given", as in the OpenAI API
         if name in NO_OP_VALUES and type(value) is type(NO_OP_VALUES[name]) and value == NO_OP_VALUES[name]:
             continue
         if name not in SAMPLING_FIELDS:
             raise RequestError(f"{name}={value!r} is not supported: "
-                               f"{UNSUPPORTED.get(name, 'this server does not know it: remove it')}", name)
+                               f"{UNSUPPORTED.get(name, 'this server does not know it')}: leave it out", name)
         try:
             SamplingParams(**{SAMPLING_FIELDS[name]: value})
         except TinyInferError as e:
