@@ -6,7 +6,8 @@ for every new token. With it, a decode step projects one token and reads the cac
     bytes per token = 2 (K and V) x n_layers x n_kv_heads x head_dim x bytes per number
 
 `ContiguousKVCache` preallocates one slab per sequence slot for `max_len` tokens and writes new entries in
-place (no concatenation per step). The interface is two methods, so a paged cache can replace it:
+place (no concatenation per step). The numbers are stored in the model's dtype, or with fewer bytes
+(`kv_cache_dtype`: float16 or int8, see tinyinfer/kv_quant.py). The interface is two methods, so a paged cache can replace it:
 
     cache.write(layer, seq_id, start, k, v)   k, v: [n, n_kv_heads, hd] stored at positions start..start+n-1
     cache.read(layer, seq_id, end) -> (k, v)   each [n_kv_heads, end, hd]: positions 0..end-1
@@ -18,20 +19,23 @@ import numpy as np
 
 from tinyinfer.config import Config
 from tinyinfer.errors import TinyInferError, is_integer_at_least
+from tinyinfer.kv_quant import check_kv_cache_dtype, kv_storage
 
 
 class ContiguousKVCache:
     """Slots 0..max_seqs-1, each holding up to max_len tokens of keys and values for every layer."""
 
-    def __init__(self, config: Config, max_seqs: int = 1, max_len: int | None = None, dtype=np.float32, xp=np):
+    def __init__(self, config: Config, max_seqs: int = 1, max_len: int | None = None, dtype=np.float32, xp=np,
+                 kv_cache_dtype: str = "auto"):
         for name, value in (("max_seqs", max_seqs), ("max_len", max_len if max_len is not None else 1)):
             if not is_integer_at_least(value):
                 raise TinyInferError(f"{name}={value!r}: a KV cache needs an integer >= 1 (max_len=None: the context)")
         self.max_len = max_len or config.max_seq_len
         self.max_seqs = max_seqs
         shape = (config.n_layers, max_seqs, config.n_kv_heads, self.max_len, config.head_dim)
-        self.k = xp.zeros(shape, dtype=dtype)  # [layers, seqs, KV, max_len, hd]
-        self.v = xp.zeros(shape, dtype=dtype)
+        kv_cache_dtype = check_kv_cache_dtype(kv_cache_dtype)
+        self.k = kv_storage(shape, kv_cache_dtype, dtype, xp)  # [layers, seqs, KV, max_len, hd]
+        self.v = kv_storage(shape, kv_cache_dtype, dtype, xp)
 
     @property
     def nbytes(self) -> int:

@@ -17,6 +17,7 @@ from tqdm import tqdm
 
 from tinyinfer.config import Config, load_hf_config, read_json
 from tinyinfer.errors import TinyInferError
+from tinyinfer.kv_quant import check_kv_cache_dtype
 from tinyinfer.model import Model
 from tinyinfer.safetensors_io import Checkpoint
 from tinyinfer.weights import load_params, untie_if_the_file_disagrees
@@ -46,12 +47,15 @@ def read_config(model) -> Config:
     return llama2c_config(path)
 
 
-def load(model=None, device: str = "cpu", dtype=None, tokenizer=None) -> Model:
+def load(model=None, device: str = "cpu", dtype=None, tokenizer=None, kv_cache_dtype: str = "auto") -> Model:
     """Load a model (folder, llama2.c file, built-in name or repo id) onto `device` ("cpu" or "cuda").
 
     `dtype`: the compute dtype, "float32" (default; exact parity) or "float16" (halves memory; for GPUs).
     `tokenizer`: a path to use instead of the tokenizer found with the model.
+    `kv_cache_dtype`: how its KV caches store keys and values: "auto" (the compute dtype), "float16" or "int8"
+    (tinyinfer/kv_quant.py).
     """
+    check_kv_cache_dtype(kv_cache_dtype)
     if not (dtype is None or isinstance(dtype, str)) or dtype not in DTYPES:
         raise TinyInferError(f"dtype {dtype!r} is not supported; use one of float32, float16")
     for name, value in (("model", model), ("tokenizer", tokenizer)):
@@ -82,7 +86,9 @@ def load(model=None, device: str = "cpu", dtype=None, tokenizer=None) -> Model:
         gen_path = folder / "generation_config.json"
         generation_config = read_json(gen_path, "generation_config.json") if gen_path.exists() else {}
         tokenizer_path = tokenizer or (folder if (folder / "tokenizer.json").exists() else None)
-    return Model(config, params, _load_tokenizer(tokenizer_path), device, generation_config, compute_dtype)
+    loaded = Model(config, params, _load_tokenizer(tokenizer_path), device, generation_config, compute_dtype)
+    loaded.kv_cache_dtype = kv_cache_dtype
+    return loaded
 
 
 def _is_pytorch_pickle(path: Path) -> bool:

@@ -72,6 +72,7 @@ class Model:
         self.expert_load = None  # filled by Mixture-of-Experts layers when routing statistics are asked for
         self.quantization = None  # the Scheme its weights were quantised with (tinyinfer/quantize.py), if any
         self.adapters = None  # the LoRA adapters loaded on its weights (tinyinfer/lora.py), if any
+        self.kv_cache_dtype = "auto"  # how its caches store keys and values (tinyinfer/kv_quant.py)
 
     # -- the forward pass ----------------------------------------------------------------------------------
 
@@ -187,7 +188,7 @@ class Model:
     def new_cache(self, max_seqs: int = 1, max_len: int | None = None) -> ContiguousKVCache:
         """A contiguous KV cache on this model's device, for `max_seqs` sequences of up to `max_len` tokens."""
         return ContiguousKVCache(self.config, max_seqs, min(max_len or self.config.max_seq_len, self.config.max_seq_len),
-                                 self.dtype, self.xp)
+                                 self.dtype, self.xp, self.kv_cache_dtype)
 
     def logits(self, ids: list[int]) -> np.ndarray:
         """Logits at every position of one token sequence, without a lasting cache.  [T] -> [T, V] (NumPy)"""

@@ -33,6 +33,7 @@ from tqdm import tqdm
 import tinyinfer
 from tinyinfer.engine import LLM
 from tinyinfer.commands import at_least, positive_number
+from tinyinfer.commands.generate import add_kv_cache_dtype_argument
 from tinyinfer.errors import TinyInferError
 from tinyinfer.sampling import Sampler, SamplingParams, sequence_rngs
 
@@ -72,6 +73,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--model", default=None, help="built-in name, model folder, llama2.c .bin, or HF repo id "
                         "(default: the built-in model)")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    add_kv_cache_dtype_argument(parser)
     parser.add_argument("--requests", type=at_least(1), default=128,
                         help="requests in the workload (several times the concurrency, so the batch is mostly full)")
     parser.add_argument("--concurrency", type=at_least(1), default=32, help="sequences the engine runs at once")
@@ -99,7 +101,7 @@ def run(args) -> int:
 
 
 def serve_and_report(args, blas: str) -> int:
-    model = tinyinfer.load(args.model, device=args.device)
+    model = tinyinfer.load(args.model, device=args.device, kv_cache_dtype=args.kv_cache_dtype)
     rng = np.random.default_rng(args.seed)
     workload = make_workload(model, rng, args.requests, args.rate, parse_range(args.prompt_len, "--prompt-len"),
                              parse_range(args.output_len, "--output-len"), args.temperature)

@@ -25,7 +25,7 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     template = ChatTemplate.for_model(args.model)  # fail before loading the weights if there is none
-    model = tinyinfer.load(args.model, device=args.device)
+    model = tinyinfer.load(args.model, device=args.device, kv_cache_dtype=args.kv_cache_dtype)
     resolve_params(model, None, sampling_overrides(args))  # bad flags fail now, not at every turn
     opening = [{"role": "system", "content": args.system}] if args.system else []
     messages = list(opening)

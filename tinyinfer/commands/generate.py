@@ -16,6 +16,7 @@ from pathlib import Path
 
 import tinyinfer
 from tinyinfer.errors import TinyInferError
+from tinyinfer.kv_quant import KV_CACHE_DTYPES
 from tinyinfer.lora import load_adapter
 from tinyinfer.moe import track_routing
 from tinyinfer.quantize import quantize_model
@@ -44,12 +45,19 @@ def add_sampling_arguments(parser) -> None:
     parser.add_argument("--model", default=None, help="built-in name, model folder, llama2.c .bin, or HF repo id "
                         "(default: the built-in model)")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    add_kv_cache_dtype_argument(parser)
     for name, (kind, help_text) in SAMPLING_FLAGS.items():
         parser.add_argument("--" + name.replace("_", "-"), type=kind, default=None, help=help_text)
     parser.add_argument("--stop", action="append", default=None, metavar="TEXT", type=unescape,
                         help="stop when the text contains TEXT (not printed); repeatable; \\n and \\t mean "
                              "newline and tab")
     parser.add_argument("--ignore-eos", action="store_true", default=None, help="keep generating past EOS")
+
+
+def add_kv_cache_dtype_argument(parser) -> None:
+    parser.add_argument("--kv-cache-dtype", default="auto", choices=KV_CACHE_DTYPES,
+                        help="how the KV cache stores keys and values: auto (the model's dtype), float16 or int8 "
+                             "(fewer bytes per token, a small error; chapter 12)")
 
 
 ESCAPES = {"\\\\": "\\", "\\n": "\n", "\\t": "\t"}  # as typed on a command line -> the character
@@ -125,7 +133,7 @@ def constraint_factory(args, model):
 
 
 def run(args) -> int:
-    model = tinyinfer.load(args.model, device=args.device)
+    model = tinyinfer.load(args.model, device=args.device, kv_cache_dtype=args.kv_cache_dtype)
     if args.quantize is not None:
         quantize_model(model, args.quantize)
     if args.lora is not None:
@@ -144,7 +152,7 @@ def run(args) -> int:
         raise TinyInferError("--system needs --chat (a system message only exists in a chat template)")
     if args.speculate is not None and args.draft is None:
         raise TinyInferError("--speculate needs --draft (the model that makes the guesses)")
-    draft = tinyinfer.load(args.draft, device=args.device) if args.draft is not None else None
+    draft = tinyinfer.load(args.draft, device=args.device, kv_cache_dtype=args.kv_cache_dtype) if args.draft is not None else None
     outputs = model.generate(prompt, stream=True, constraint=constraint_factory(args, model),
                              add_special_tokens=add_special, draft=draft, num_speculative_tokens=4 if args.speculate is None else args.speculate,
                              lora=None if args.lora is None else "adapter", **sampling_overrides(args))

@@ -92,12 +92,13 @@ class LLM:
     block_size: tokens per KV block. n_blocks: blocks in the pool (default: every slot can hold a full
     context). max_num_seqs: sequences running at once. max_num_batched_tokens: tokens per step (decodes and
     prefill chunks together). chunked_prefill, prefix_caching: the two optimisations, on by default.
-    static: the static-batching baseline instead of continuous batching.
+    static: the static-batching baseline instead of continuous batching. kv_cache_dtype: how the pool stores
+    keys and values, "auto" (the model's dtype), "float16" or "int8" (tinyinfer/kv_quant.py); None: the model's.
     """
 
     def __init__(self, model, *, block_size: int = 16, n_blocks: int | None = None, max_num_seqs: int = 32,
                  max_num_batched_tokens: int = 512, chunked_prefill: bool = True, prefix_caching: bool = True,
-                 static: bool = False):
+                 static: bool = False, kv_cache_dtype: str | None = None):
         if not (hasattr(model, "forward") and hasattr(model, "config")):
             raise TinyInferError(f"LLM needs a loaded Model, not {type(model).__name__}: write "
                                  "LLM(tinyinfer.load('shakespeare')) (or a folder, file or repo id)")
@@ -107,7 +108,8 @@ class LLM:
         if n_blocks is None:  # room for every slot to hold a full context (up to DEFAULT_TOKENS_PER_SEQ)
             n_blocks = max_num_seqs * -(-min(model.config.max_seq_len, DEFAULT_TOKENS_PER_SEQ) // block_size)
         _count("n_blocks", n_blocks, ", or None to size the pool for max_num_seqs full contexts")
-        self.cache = PagedKVCache(model.config, n_blocks, block_size, model.dtype, model.xp)
+        self.cache = PagedKVCache(model.config, n_blocks, block_size, model.dtype, model.xp,
+                                  kv_cache_dtype or model.kv_cache_dtype)
         self.scheduler = Scheduler(config, self.cache)
         self.requests: dict[str, list[Sequence]] = {}  # unfinished requests by id: their samples
         self.step_log: list[StepRecord] = []

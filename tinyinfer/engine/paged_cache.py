@@ -36,6 +36,7 @@ import numpy as np
 from tinyinfer.attention import decode_mask
 from tinyinfer.config import Config
 from tinyinfer.errors import TinyInferError
+from tinyinfer.kv_quant import check_kv_cache_dtype, kv_storage
 
 
 @dataclass
@@ -61,12 +62,14 @@ class DecodeSlots:
 class PagedKVCache:
     """A pool of `n_blocks` blocks of `block_size` tokens per layer, and one block table per sequence."""
 
-    def __init__(self, config: Config, n_blocks: int, block_size: int = 16, dtype=np.float32, xp=np):
+    def __init__(self, config: Config, n_blocks: int, block_size: int = 16, dtype=np.float32, xp=np,
+                 kv_cache_dtype: str = "auto"):
         self.block_size = block_size
         self.n_blocks = n_blocks
         shape = (config.n_kv_heads, n_blocks, block_size, config.head_dim)
-        self.k = [xp.zeros(shape, dtype=dtype) for _ in range(config.n_layers)]  # per layer [KV, N, bs, hd]
-        self.v = [xp.zeros(shape, dtype=dtype) for _ in range(config.n_layers)]
+        kv_cache_dtype = check_kv_cache_dtype(kv_cache_dtype)  # stored as the model's dtype, float16 or int8
+        self.k = [kv_storage(shape, kv_cache_dtype, dtype, xp) for _ in range(config.n_layers)]  # per layer [KV, N, bs, hd]
+        self.v = [kv_storage(shape, kv_cache_dtype, dtype, xp) for _ in range(config.n_layers)]
         self.tables: dict[int, list[int]] = {}  # seq_id -> block ids, in position order
         self.xp = xp
 
@@ -157,7 +160,7 @@ class PagedKVCache:
 
         [KV, N, bs, hd] -> [KV, ..., n, bs, hd] -> [KV, ..., n*bs, hd]
         """
-        blocks = self.xp.take(pool, table, axis=1)  # [KV, ..., n, bs, hd], one copy
+        blocks = pool.take(table, axis=1)  # [KV, ..., n, bs, hd], one copy (dequantised, for an int8 pool)
         return blocks.reshape(*blocks.shape[:-3], blocks.shape[-3] * blocks.shape[-2], blocks.shape[-1])
 
     def _on_device(self, index: np.ndarray):
