@@ -59,15 +59,17 @@ def stream_events(server, path: str, body: dict) -> list:
     connection.request("POST", path, json.dumps({**body, "stream": True}), {"Content-Type": "application/json"})
     response = connection.getresponse()
     assert response.status == 200 and response.getheader("Content-Type") == "text/event-stream"
-    events = [line[len(b"data: "):].decode() for line in response.read().split(b"\n\n") if line]
+    lines = [line for line in response.read().split(b"\n\n") if line]
     connection.close()
+    assert all(line.startswith(b"data: ") for line in lines)
+    events = [line[len(b"data: "):].decode() for line in lines]
     return [event if event == "[DONE]" else json.loads(event) for event in events]
 
 
-def wait_idle(llm, seconds: float = 20.0) -> None:
-    """Wait (a bounded time) for the engine thread to have nothing left to run."""
+def wait_idle(server, seconds: float = 20.0) -> None:
+    """Wait (a bounded time) for the engine thread to have nothing left to run or to route."""
     deadline = time.monotonic() + seconds
-    while llm.has_unfinished() and time.monotonic() < deadline:
+    while (server.engine.llm.has_unfinished() or server.engine.routes) and time.monotonic() < deadline:
         time.sleep(0.02)
 
 
@@ -175,7 +177,7 @@ def test_concurrent_clients_are_batched_and_get_their_solo_outputs(server, model
 
 def test_a_client_that_disconnects_mid_stream_is_aborted_and_its_blocks_freed(server):
     llm = server.engine.llm
-    wait_idle(llm)
+    wait_idle(server)
     generated_before, max_tokens = llm.generated_tokens, 400
     host, port = server.server_address[:2]
     connection = http.client.HTTPConnection(host, port, timeout=60)
@@ -185,7 +187,7 @@ def test_a_client_that_disconnects_mid_stream_is_aborted_and_its_blocks_freed(se
     assert response.readline().startswith(b"data: ")  # the first chunk came: the request is running
     response.close()
     connection.close()  # the client goes away mid-stream
-    wait_idle(llm)
+    wait_idle(server)
     assert not llm.has_unfinished() and not server.engine.routes
     assert llm.generated_tokens - generated_before < max_tokens  # stopped early: aborted, not run to the end
     assert llm.scheduler.allocator.num_free == N_BLOCKS  # every block back in the pool

@@ -149,7 +149,7 @@ class Engine:
             outputs = self.llm.step()
             for out in outputs:
                 self.routes[out.request_id].events.put(out)
-            for out in outputs:
+            for out in outputs:  # a second pass: two samples of one request may finish in the same step
                 if out.request_id not in self.llm.requests:  # all its samples finished
                     self.routes.pop(out.request_id, None)
         except Exception as e:  # noqa: BLE001 - a bug: fail the requests in flight, keep serving new ones
