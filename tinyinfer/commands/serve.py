@@ -43,8 +43,8 @@ def run(args) -> int:
     try:
         server = Server(llm, args.host, args.port, name, chat_template_of(args.model))
     except OSError as e:  # the port is taken, the address is not this machine's...
-        raise TinyInferError(f"cannot listen on {args.host}:{args.port}: {e.strerror or e}: choose another --port "
-                             "(or stop the program using it)") from None
+        raise TinyInferError(f"cannot listen on {args.host}:{args.port}: {e.strerror or e}: choose another --port, "
+                             "or a --host address of this machine") from None
     print(f"tinyinfer: serving {name!r} at {server.url}/v1 (Ctrl-C to stop)", file=sys.stderr, flush=True)
     try:
         server.serve_forever()
