@@ -60,3 +60,17 @@ def test_gpu_tiled_attention_and_lora_match_cpu():
     np.testing.assert_allclose(gpu, cpu, atol=1e-3)
     cpu, gpu = (m.generate(ids[:20], max_tokens=32, temperature=0.0, lora="shout").token_ids for m in models)
     assert gpu == cpu
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_gpu_int8_kv_cache_matches_cpu_in_generate_and_the_engine():
+    from tinyinfer.engine import LLM  # noqa: PLC0415
+
+    ids = np.random.default_rng(1).integers(0, 2000, 60).tolist()
+    models = [tinyinfer.load("shakespeare", device=device, kv_cache_dtype="int8") for device in ("cpu", "cuda")]
+    cpu, gpu = (m.logits(ids) for m in models)
+    np.testing.assert_allclose(gpu, cpu, atol=2e-2)  # a number on a rounding boundary may take the next code
+    params = tinyinfer.SamplingParams(temperature=0.0, max_tokens=24)
+    cpu, gpu = ([out.token_ids for out in LLM(m).generate([ids[:20], ids[20:50]], params)] for m in models)
+    assert gpu == cpu
