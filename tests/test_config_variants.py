@@ -264,7 +264,7 @@ def test_fields_left_out_of_config_json_are_read_as_transformers_reads_them(mode
         sizes = {k: v for k, v in sizes.items() if "expert" not in k and k != "moe_intermediate_size"}
     (tmp_path / "config.json").write_text(json.dumps(sizes))
     theirs, ours = transformers.AutoConfig.from_pretrained(tmp_path), load_hf_config(tmp_path)
-    window = getattr(theirs, "sliding_window", None) if model_type in ("mistral", "mixtral") else None
+    window = getattr(theirs, "sliding_window", None) if model_type in ("mistral", "mixtral", "gemma2") else None  # layer 0 slides
     assert (ours.n_kv_heads, ours.head_dim, ours.norm_eps, ours.rope_theta, ours.max_seq_len, ours.window_of(0)) == (
         theirs.num_key_value_heads, getattr(theirs, "head_dim", None) or 128 // 32, theirs.rms_norm_eps,
         theirs.rope_parameters["rope_theta"], theirs.max_position_embeddings, window)

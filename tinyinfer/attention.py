@@ -9,6 +9,11 @@ shrinks the KV cache G times; multi-query attention (MQA) is the extreme n_kv_he
 attention the other extreme G = 1. The shared heads are never copied: queries are grouped instead, so one
 matrix product per KV head serves its whole group.
 
+Gemma 2 soft-caps the scaled scores before the mask, `cap * tanh(score / cap)`: every score stays inside
+(-cap, cap), so no single key can take a softmax over entirely. `soft_cap` is that one formula, passed as
+the `softcap` argument (None for models without it) to `attention`, `decode_attention` and (in
+tinyinfer/flash_attention.py) `tiled_attention`.
+
 Cost: a chunk of n new tokens against L cached ones does n x L dot products per head: prefill of a T-token
 prompt is quadratic (T^2), each decode step linear in the context.
 """
@@ -16,6 +21,8 @@ prompt is quadratic (T^2), each decode step linear in the context.
 from __future__ import annotations
 
 import numpy as np
+
+from tinyinfer.backend import xp_of
 
 
 def causal_mask(n_new: int, start: int, window: int | None = None) -> np.ndarray:
@@ -37,6 +44,15 @@ def causal_mask(n_new: int, start: int, window: int | None = None) -> np.ndarray
     # END EXERCISE 3.1
 
 
+def soft_cap(scores, cap: float | None):
+    """cap * tanh(scores / cap): close to the scores while they are small, never beyond +-cap. None: unchanged.
+
+    >>> soft_cap(np.array([10.0, 100.0]), 50.0).round(3)
+    array([ 9.869, 48.201])
+    """
+    return scores if cap is None else cap * np.tanh(scores / cap)  # np.tanh runs on CuPy arrays too
+
+
 def softmax(x, axis: int = -1):
     """exp(x) / sum(exp(x)) along `axis`, shifted by the max so large scores do not overflow."""
     shifted = x - x.max(axis=axis, keepdims=True)
@@ -44,12 +60,17 @@ def softmax(x, axis: int = -1):
     return e / e.sum(axis=axis, keepdims=True)
 
 
-def attention(q, k, v, mask, scale: float | None = None):
+def attention(q, k, v, mask, scale: float | None = None, softcap: float | None = None):
     """Grouped-query attention of n new queries over L keys/values; scores are scaled by `scale`
-    (default 1/sqrt(hd), which keeps their variance near 1 whatever the head size).
+    (default 1/sqrt(hd), which keeps their variance near 1 whatever the head size), and soft-capped by
+    `softcap` when given.
 
     q: [n, n_heads, hd], k and v: [n_kv_heads, L, hd], mask: [n, L] -> [n, n_heads * hd]
     """
+    if softcap is not None:  # Gemma 2: the n queries as n one-query sequences of `decode_attention`, which caps
+        n, (n_kv, L, hd) = q.shape[0], k.shape  # (exercise 3.2 below stays the plain kernel)
+        keys, values = (xp_of(x).broadcast_to(x[:, None], (n_kv, n, L, hd)) for x in (k, v))  # views: [KV, n, L, hd]
+        return decode_attention(q, keys, values, mask, scale, softcap)
     # BEGIN EXERCISE 3.2: grouped-query attention
     n, n_heads, hd = q.shape
     n_kv = k.shape[0]
@@ -82,7 +103,7 @@ def decode_mask(lengths, L: int, window: int | None = None) -> np.ndarray:
     return np.where(visible, 0.0, -np.inf).astype(np.float32)
 
 
-def decode_attention(q, k, v, mask, scale: float | None = None):
+def decode_attention(q, k, v, mask, scale: float | None = None, softcap: float | None = None):
     """`attention` for B sequences at once, one query each, over keys padded to a common length L.
 
     One batched matrix product per KV head replaces B small ones: the Python loop over sequences disappears,
@@ -96,7 +117,7 @@ def decode_attention(q, k, v, mask, scale: float | None = None):
     scale = hd**-0.5 if scale is None else scale
     q = q * scale  # scaling the B*H*hd query numbers instead of the B*H*L scores: one pass less over the big array
     q = q.reshape(B, n_kv, group, hd).transpose(1, 0, 2, 3)  # [B, H, hd] -> [KV, B, G, hd]: head h reads h // G
-    scores = q @ k.transpose(0, 1, 3, 2)  # [KV, B, G, hd] @ [KV, B, hd, L] -> [KV, B, G, L]
+    scores = soft_cap(q @ k.transpose(0, 1, 3, 2), softcap)  # [KV, B, G, hd] @ [KV, B, hd, L] -> [KV, B, G, L]
     scores += mask[None, :, None, :]  # in place (the scores are a fresh array); padding gets weight exactly 0
     weights = softmax(scores)  # [KV, B, G, L]
     out = weights @ v  # [KV, B, G, L] @ [KV, B, L, hd] -> [KV, B, G, hd]

@@ -37,13 +37,14 @@ class Config:
     head_dim: int
     d_ff: int  # hidden width of the MLP
     max_seq_len: int
-    norm: str = "rmsnorm"  # "rmsnorm" | "layernorm"
+    norm: str = "rmsnorm"  # "rmsnorm" | "rmsnorm_plus_one" (Gemma: scales by 1 + weight) | "layernorm"
     norm_eps: float = 1e-5
     activation: str = "silu"  # a name in tinyinfer/mlp.py ACTIVATIONS: "silu", "gelu_tanh", "gelu", "relu", ...
     mlp: str = "swiglu"  # "swiglu" (gate, up, down) | "gelu_mlp" (up, down: GPT-2)
     position: str = "rope"  # "rope" | "learned" (GPT-2's position table)
     rope_theta: float = 10000.0
     rope_scaling: dict | None = None  # {"rope_type": "linear"|"llama3"|"yarn", ...} or None
+    partial_rotary_factor: float = 1.0  # Phi-3: RoPE rotates only the first int(head_dim * factor) coordinates
     qkv_bias: bool = False
     o_bias: bool = False
     mlp_bias: bool = False
@@ -52,6 +53,11 @@ class Config:
     sliding_window: int | None = None
     attn_scale_weights: bool = True  # GPT-2's scale_attn_weights: divide scores by sqrt(head_dim)
     attn_scale_inverse_layer: bool = False  # GPT-2's scale_attn_by_inverse_layer_idx: also by (layer + 1)
+    query_pre_attn_scalar: float | None = None  # Gemma 2: scores scaled by its -1/2 power instead of head_dim's
+    attn_softcap: float | None = None  # Gemma 2: scores become cap * tanh(score / cap) before the mask
+    final_softcap: float | None = None  # Gemma 2: the logits too
+    embed_scale: float = 1.0  # Gemma: embeddings are multiplied by sqrt(d_model)
+    post_norms: bool = False  # Gemma 2: each sublayer's output is normed again before the residual add
     layer_types: list[str] = field(default_factory=list)  # per layer "full_attention" | "sliding_attention"
     tie_word_embeddings: bool = False
     bos_token_id: int | None = None
@@ -92,13 +98,24 @@ class Config:
         return self.n_experts > 0 and (self.moe_layers is None or layer in self.moe_layers)
 
     def attention_scale(self, layer: int) -> float:
-        """The factor on layer `layer`'s q.k scores: 1/sqrt(head_dim), unless a GPT-2 config says otherwise.
+        """The factor on layer `layer`'s q.k scores: 1/sqrt(head_dim), unless a GPT-2 config says otherwise
+        (or Gemma 2's query_pre_attn_scalar replaces head_dim).
 
         YaRN RoPE multiplies the rotated q and k each by its attention factor (transformers scales cos and
         sin), so every score by the factor's square: applied here, once, to the scores."""
-        scale = self.head_dim**-0.5 if self.attn_scale_weights else 1.0
+        scale = (self.query_pre_attn_scalar or self.head_dim) ** -0.5 if self.attn_scale_weights else 1.0
         scale *= rope_attention_factor(self.rope_scaling) ** 2
         return scale / (layer + 1) if self.attn_scale_inverse_layer else scale
+
+    def attention_softcap(self, layer: int) -> float | None:
+        """The cap on layer `layer`'s scaled scores, `cap * tanh(score / cap)` (None = uncapped): Gemma 2 keeps
+        every score inside (-cap, cap), so no single key can take all of a softmax."""
+        return self.attn_softcap
+
+    @property
+    def rotary_dim(self) -> int:
+        """How many coordinates of each head RoPE rotates: all of them, or a leading part (Phi-3's factor)."""
+        return int(self.head_dim * self.partial_rotary_factor)
 
     def window_of(self, layer: int) -> int | None:
         """How many past positions a layer may attend to (None = the whole context)."""
@@ -136,10 +153,16 @@ def _check_numbers(cfg: Config) -> None:
         if not is_integer_at_least(value):
             raise TinyInferError(f"config: {name}={value!r} must be an integer >= 1: fix {keys} in config.json "
                                  "(or the llama2.c header)")
-    for name in ("norm_eps", "rope_theta"):
+    optional = ("query_pre_attn_scalar", "attn_softcap", "final_softcap")  # None: not used
+    for name in ("norm_eps", "rope_theta", "embed_scale", "partial_rotary_factor", *optional):
         value = getattr(cfg, name)
+        if value is None and name in optional:
+            continue
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
             raise TinyInferError(f"config: {name}={value!r} must be a positive number: fix config.json")
+    if cfg.partial_rotary_factor != 1.0 and not 2 <= cfg.rotary_dim <= cfg.head_dim:
+        raise TinyInferError(f"config: partial_rotary_factor={cfg.partial_rotary_factor} rotates {cfg.rotary_dim} of "
+                             f"{cfg.head_dim} coordinates per head; it must be in (0, 1] and leave at least 2")
     for token_id in [cfg.bos_token_id, *cfg.eos_token_ids]:
         if token_id is not None and not is_integer_at_least(token_id, 0):
             raise TinyInferError(f"config: token id {token_id!r} (bos_token_id / eos_token_id) must be an integer "
@@ -192,26 +215,35 @@ BIAS_FIELDS = {
     "qwen2_moe": ("qkv_bias", False, False),
     "qwen3_moe": ("attention_bias", "attention_bias", False),
     "olmoe": ("attention_bias", "attention_bias", False),
+    "phi3": (False, False, False),
+    "gemma": ("attention_bias", "attention_bias", False),
+    "gemma2": ("attention_bias", "attention_bias", False),
 }
 
 
 def _sliding(c: dict) -> tuple[int | None, list[str]]:
     """The window and which layers slide through it, as each family's transformers code decides:
 
-        mistral, mixtral   every layer, whenever `sliding_window` is set
+        mistral, mixtral,  every layer, whenever `sliding_window` is set
+        phi3
         qwen2, qwen3       with `use_sliding_window`: layers from `max_window_layers` on
         qwen2_moe          with `use_sliding_window`: the even layers below `max_window_layers`
         qwen3_moe          with `use_sliding_window`: every layer
-        llama, olmoe       never (a `sliding_window` field is ignored)
+        llama, olmoe,      never (a `sliding_window` field is ignored)
+        gemma
+        gemma2             the layers `layer_types` names, by default the even ones (`_gemma2`)
 
     Qwen2, Qwen3 and Qwen2-MoE follow an explicit `layer_types` list instead (transformers 5 writes one).
     """
     model_type, n = c["model_type"], c["num_hidden_layers"]
+    if model_type == "gemma2":
+        return c.get("sliding_window"), list(c.get("layer_types") or
+                                             ["full_attention" if i % 2 else "sliding_attention" for i in range(n)])
     switched = model_type in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe")  # off unless use_sliding_window
     window = c.get("sliding_window") if not switched or c["use_sliding_window"] else None
-    if model_type in ("llama", "olmoe") or not window:
+    if model_type in ("llama", "olmoe", "gemma") or not window:
         return None, ["full_attention"] * n
-    if model_type in ("mistral", "mixtral", "qwen3_moe"):
+    if model_type in ("mistral", "mixtral", "qwen3_moe", "phi3"):
         return window, ["sliding_attention"] * n
     if c.get("layer_types"):
         return window, list(c["layer_types"])
@@ -313,6 +345,62 @@ def _olmoe(c: dict) -> dict:
                 qk_norm_span="full")
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# Phi-3 and Gemma: a Llama-family body with a few switches (fused weights, partial RoPE, 1 + w norms, soft caps)
+# ---------------------------------------------------------------------------------------------------------------
+
+def _phi3(c: dict) -> dict:
+    """Phi-3: a Llama with q/k/v and gate/up fused in the file (split at load, tinyinfer/weights.py), RoPE on
+    the first `partial_rotary_factor` of each head, and a window over every layer when `sliding_window` is set.
+
+    transformers reads only default RoPE or "longrope" for Phi-3 (the 128k-context models; "su" and "yarn" are
+    its old names), which switches between two sets of frequencies by sequence length: not implemented here.
+    """
+    params = c.get("rope_scaling") or c.get("rope_parameters") or {}
+    kind = params.get("rope_type", params.get("type", "default")) if isinstance(params, dict) else "default"
+    if kind != "default":
+        name = "longrope" if kind in ("su", "yarn") else kind
+        raise TinyInferError(f"config.json (phi3): rope scaling type {kind!r} ({name}, the long-context Phi-3 models) "
+                             "is not supported; only default RoPE is (use a 4k-context Phi-3 checkpoint)")
+    factor = params.get("partial_rotary_factor") or c.get("partial_rotary_factor") or 1.0
+    return dict(_llama_family(c), partial_rotary_factor=factor)
+
+
+def _gemma_base(c: dict, activation: str, other: str) -> dict:
+    """What Gemma and Gemma 2 share: embeddings times sqrt(hidden_size), RMSNorm scaling by (1 + weight), a GELU-
+    gated MLP (GeGLU) whose activation is the config field `activation`, tied head. `other` is the activation field
+    the family ignores; a file whose two fields disagree is ambiguous (transformers 4 and 5 differ) and refused."""
+    if c.get("use_bidirectional_attention"):
+        raise TinyInferError(f"config.json ({c['model_type']}): use_bidirectional_attention is not supported; "
+                             "tinyinfer attends causally only")
+    name = c[activation]
+    if c.get(other) is not None and _activation(c[other]) != _activation(name):
+        raise TinyInferError(f"config.json ({c['model_type']}): {activation}={name!r} and {other}={c[other]!r} "
+                             f"disagree; transformers 5 uses {activation}: make the two the same")
+    return dict(_llama_family({**c, "hidden_act": name}), norm="rmsnorm_plus_one", embed_scale=c["hidden_size"] ** 0.5)
+
+
+def _gemma(c: dict) -> dict:
+    """Gemma: the activation is `hidden_act`, where transformers 5 reads "gelu" (what the Gemma releases say) as
+    the tanh approximation "gelu_pytorch_tanh"; `hidden_activation` is not read."""
+    hidden_act = "gelu_pytorch_tanh" if c["hidden_act"] == "gelu" else c["hidden_act"]
+    return _gemma_base({**c, "hidden_act": hidden_act}, "hidden_act", "hidden_activation")
+
+
+def _gemma2(c: dict) -> dict:
+    """Gemma 2: Gemma plus four norms per layer (each sublayer's output normed before the residual add), the
+    scores scaled by query_pre_attn_scalar^-1/2 and soft-capped (attn_logit_softcapping), the logits soft-capped
+    (final_logit_softcapping), and a sliding window on the layers `layer_types` names (by default the even ones,
+    0, 2, 4...). Its activation is `hidden_activation` ("gelu" is the exact GELU here); `hidden_act` is not read."""
+    fields = dict(_gemma_base(c, "hidden_activation", "hidden_act"), post_norms=True,
+                  query_pre_attn_scalar=c["query_pre_attn_scalar"], attn_softcap=c["attn_logit_softcapping"],
+                  final_softcap=c["final_logit_softcapping"])
+    if "sliding_attention" in fields["layer_types"] and fields["sliding_window"] is None:
+        raise TinyInferError("config.json (gemma2): layers slide (layer_types) but sliding_window is null; "
+                             "give the window's size")
+    return fields
+
+
 # What transformers takes for a field that config.json leaves out: its config class's default. Files written by
 # older versions lack the fields added since (head_dim, attention_bias, mlp_bias, ...), and the defaults differ
 # between families (Mixtral's rope_theta is 1e6, Qwen3's head_dim 128, Mistral's window 4096), so each reader
@@ -320,6 +408,8 @@ def _olmoe(c: dict) -> dict:
 _LLAMA_LIKE = dict(max_position_embeddings=2048, rms_norm_eps=1e-6, hidden_act="silu", rope_theta=10000.0,
                    tie_word_embeddings=False)
 _QWEN_WINDOW = dict(use_sliding_window=False, sliding_window=4096, max_window_layers=28)
+_GEMMA_LIKE = dict(max_position_embeddings=8192, rms_norm_eps=1e-6, rope_theta=10000.0, head_dim=256,
+                   tie_word_embeddings=True, attention_bias=False, use_bidirectional_attention=None)
 HF_DEFAULTS = {
     "gpt2": dict(n_positions=1024, n_inner=None, layer_norm_epsilon=1e-5, activation_function="gelu_new",
                  scale_attn_weights=True, scale_attn_by_inverse_layer_idx=False, tie_word_embeddings=True),
@@ -338,6 +428,12 @@ HF_DEFAULTS = {
                       mlp_only_layers=None),
     "olmoe": dict(_LLAMA_LIKE, max_position_embeddings=4096, rms_norm_eps=1e-5, attention_bias=False,
                   norm_topk_prob=False, clip_qkv=None),
+    "phi3": dict(_LLAMA_LIKE, max_position_embeddings=4096, rms_norm_eps=1e-5, num_key_value_heads=None,
+                 sliding_window=None),
+    "gemma": dict(_GEMMA_LIKE, hidden_act="gelu_pytorch_tanh", num_key_value_heads=16),
+    "gemma2": dict(_GEMMA_LIKE, hidden_activation="gelu_pytorch_tanh", num_key_value_heads=4,
+                   query_pre_attn_scalar=256, sliding_window=4096, layer_types=None, final_logit_softcapping=30.0,
+                   attn_logit_softcapping=50.0),
 }
 
 # model_type -> function translating its config.json into Config fields
@@ -351,6 +447,9 @@ HF_CONFIG_READERS = {
     "qwen2_moe": _qwen_moe,
     "qwen3_moe": _qwen_moe,
     "olmoe": _olmoe,
+    "phi3": _phi3,
+    "gemma": _gemma,
+    "gemma2": _gemma2,
 }
 
 
@@ -359,7 +458,7 @@ def config_from_hf(c: dict) -> Config:
     model_type = c.get("model_type")
     if model_type not in HF_CONFIG_READERS:
         raise TinyInferError(
-            f"config.json: model_type {model_type!r} is not supported; supported: {', '.join(sorted(HF_CONFIG_READERS))}"
+            f"config.json: model_type {model_type!r} is not supported; supported: {', '.join(HF_CONFIG_READERS)}"
         )
     if c.get("quantization_config"):
         method = c["quantization_config"].get("quant_method", "unknown")

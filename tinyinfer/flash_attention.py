@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tinyinfer.attention import causal_mask
+from tinyinfer.attention import causal_mask, soft_cap
 from tinyinfer.backend import xp_of
 
 
@@ -60,9 +60,11 @@ def online_softmax_step(m, l, o, scores, values):
     # END EXERCISE 3.3
 
 
-def tiled_attention(q, k, v, start: int, window: int | None = None, scale: float | None = None, tile: int = 256):
+def tiled_attention(q, k, v, start: int, window: int | None = None, scale: float | None = None, tile: int = 256,
+                    softcap: float | None = None):
     """Causal grouped-query attention of n queries at positions start..start+n-1 over keys 0..L-1, in tiles
-    of `tile` queries and `tile` keys; equal to `attention(q, k, v, causal_mask(n, start, window), scale)`.
+    of `tile` queries and `tile` keys; equal to `attention(q, k, v, causal_mask(n, start, window), scale, softcap)`.
+    A soft cap acts on each score alone, so it caps each tile's scores before their mask.
 
     The mask is made one query tile at a time ([tile, L] instead of [n, L]), by exercise 3.1's `causal_mask`.
 
@@ -88,6 +90,7 @@ def tiled_attention(q, k, v, start: int, window: int | None = None, scale: float
             k1 = min(k0 + tile, end)
             keys = k[:, None, k0:k1].transpose(0, 1, 3, 2)  # [KV, 1, hd, t], shared by the G heads of a group
             scores = q[:, :, q0:q1] @ keys * scale  # [KV, G, nq, hd] @ [KV, 1, hd, t] -> [KV, G, nq, t]
+            scores = soft_cap(scores, softcap)  # Gemma 2 (None: unchanged)
             scores += mask[:, k0:k1]  # [nq, t], broadcast over heads
             m, l, o = online_softmax_step(m, l, o, scores, v[:, None, k0:k1])  # values [KV, 1, t, hd]
         out[:, :, q0:q1] = o / l

@@ -1,10 +1,14 @@
 """The transformer forward pass: token ids in, next-token logits out, one story for every architecture.
 
-    x = embed(ids) (+ positions, GPT-2)
+    x = embed(ids)  (+ positions: GPT-2; x sqrt(d): Gemma)
     for each layer:
         x = x + attention(norm(x))       # tokens look at each other (through the KV cache)
         x = x + feed_forward(norm(x))    # each token alone (a dense MLP, or a Mixture-of-Experts)
     logits = norm(x) @ lm_head
+
+Architectures differ by switches in their Config, not by code paths: Gemma 2 norms each sublayer's output
+again before adding it (`post_norms`: x = x + norm(attention(norm(x)))) and soft-caps attention scores and
+logits; Phi-3 rotates part of each head; Gemma's norms scale by 1 + weight (tinyinfer/norms.py).
 
 One function serves prefill (a whole prompt) and decode (one token), for one sequence or many at once:
 `forward` takes a list of `SeqChunk`s, each some new tokens of one sequence. Linear layers run on all
@@ -18,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tinyinfer.attention import attention, causal_mask, decode_attention
+from tinyinfer.attention import attention, causal_mask, decode_attention, soft_cap
 from tinyinfer.backend import get_xp, to_device, to_numpy
 from tinyinfer.config import Config
 from tinyinfer.errors import TinyInferError
@@ -27,7 +31,7 @@ from tinyinfer.kv_cache import ContiguousKVCache
 from tinyinfer.mlp import gelu_mlp, linear, swiglu
 from tinyinfer.moe import moe_feed_forward
 from tinyinfer.norms import apply_norm, rms_norm
-from tinyinfer.rope import apply_rope, inv_frequencies, rope_angles
+from tinyinfer.rope import apply_partial_rope, inv_frequencies, rope_angles
 from tinyinfer.weights import arrange_for_matvec
 
 
@@ -68,7 +72,7 @@ class Model:
         self.xp = get_xp(device)
         self.params = map_arrays(arrange_for_matvec(params, config.tie_word_embeddings), lambda a: to_device(a, device))
         self.generation_config = generation_config or {}
-        self.inv_freq = inv_frequencies(config.head_dim, config.rope_theta, config.rope_scaling)
+        self.inv_freq = inv_frequencies(config.rotary_dim, config.rope_theta, config.rope_scaling)
         self.expert_load = None  # filled by Mixture-of-Experts layers when routing statistics are asked for
         self.quantization = None  # the Scheme its weights were quantised with (tinyinfer/quantize.py), if any
         self.adapters = None  # the LoRA adapters loaded on its weights (tinyinfer/lora.py), if any
@@ -83,6 +87,8 @@ class Model:
         positions = np.concatenate([np.arange(c.start, c.start + len(c.tokens)) for c in chunks])  # [T]
         self._check_ids(ids, positions)
         x = p["embed"][to_device(ids, self.device)]  # [T] -> [T, d]
+        if cfg.embed_scale != 1.0:  # Gemma: sqrt(d), rounded to the embedding's dtype first as transformers does
+            x = x * self.dtype.type(np.float32(cfg.embed_scale))
         if cfg.position == "learned":
             x = x + p["pos_embed"][to_device(positions, self.device)]  # GPT-2 adds a learned position vector
         rope = self._rope(positions) if cfg.position == "rope" else None
@@ -91,14 +97,16 @@ class Model:
         plan = self._plan_attention(chunks, cache)
         for i, layer in enumerate(p["layers"]):
             h = apply_norm(x, layer["attn_norm"], cfg.norm, cfg.norm_eps)
-            x = x + self.attention_block(i, layer, h, chunks, plan, rope, cache)  # [T, d]
+            h = self.attention_block(i, layer, h, chunks, plan, rope, cache)  # [T, d]
+            x = x + (apply_norm(h, layer["post_attn_norm"], cfg.norm, cfg.norm_eps) if cfg.post_norms else h)
             h = apply_norm(x, layer["mlp_norm"], cfg.norm, cfg.norm_eps)
-            x = x + self.feed_forward(i, layer, h)  # [T, d]
+            h = self.feed_forward(i, layer, h)  # [T, d]
+            x = x + (apply_norm(h, layer["post_mlp_norm"], cfg.norm, cfg.norm_eps) if cfg.post_norms else h)
         if not all_logits:
             last = np.cumsum([len(c.tokens) for c in chunks]) - 1
             x = x[to_device(last, self.device)]  # [T, d] -> [n_chunks, d]: only what sampling needs
         x = apply_norm(x, p["final_norm"], cfg.norm, cfg.norm_eps)
-        return x @ p["lm_head"]  # [*, d] -> [*, V]
+        return soft_cap(x @ p["lm_head"], cfg.final_softcap)  # [*, d] -> [*, V]
 
     def attention_block(self, i: int, layer: dict, h, chunks: list[SeqChunk], plan: AttentionPlan, rope, cache):
         """Project to q, k, v for all tokens; attend sequence by sequence through the cache; project out."""
@@ -111,7 +119,7 @@ class Model:
         if cfg.qk_norm:  # normalise q and k before rotating them: each head (Qwen3) or all heads as one (OLMoE)
             q, k = _qk_norm(q, layer["q_norm"], cfg), _qk_norm(k, layer["k_norm"], cfg)
         if rope is not None:
-            q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+            q, k = apply_partial_rope(q, *rope), apply_partial_rope(k, *rope)
         out = self.xp.empty((T, cfg.n_heads * cfg.head_dim), dtype=q.dtype)  # [T, H*hd]
         for rows, slots in plan.decode_groups:
             self.decode_block(i, rows, slots, q, k, v, out, cache)
@@ -121,12 +129,13 @@ class Model:
             rows = slice(plan.first_rows[j], plan.first_rows[j] + n)
             cache.write(i, chunk.seq_id, chunk.start, k[rows], v[rows])
             keys, values = cache.read(i, chunk.seq_id, end)  # 2 x [KV, end, hd]
-            window, scale = cfg.window_of(i), cfg.attention_scale(i)
+            window, scale, softcap = cfg.window_of(i), cfg.attention_scale(i), cfg.attention_softcap(i)
             if cfg.n_heads * n * end > TILED_ATTENTION_MIN_SCORES:  # a long prefill: never hold all its scores
-                out[rows] = tiled_attention(q[rows], keys, values, chunk.start, window, scale)  # -> [n, H*hd]
+                out[rows] = tiled_attention(q[rows], keys, values, chunk.start, window, scale,
+                                            softcap=softcap)  # -> [n, H*hd]
             else:
                 mask = to_device(causal_mask(n, chunk.start, window), self.device)  # [n, end]
-                out[rows] = attention(q[rows], keys, values, mask, scale)  # -> [n, H*hd]
+                out[rows] = attention(q[rows], keys, values, mask, scale, softcap)  # -> [n, H*hd]
         return linear(out, layer, "o")  # [T, H*hd] -> [T, d]
 
     def decode_block(self, i: int, rows, slots, q, k, v, out, cache) -> None:
@@ -136,7 +145,8 @@ class Model:
         cache.write_batch(i, slots, k[rows], v[rows])
         keys, values = cache.read_batch(i, slots)  # 2 x [KV, B, L, hd], padded to the longest
         mask = slots.mask(self.config.window_of(i))  # [B, L]
-        out[rows] = decode_attention(q[rows], keys, values, mask, self.config.attention_scale(i))  # -> [B, H*hd]
+        scale, softcap = self.config.attention_scale(i), self.config.attention_softcap(i)
+        out[rows] = decode_attention(q[rows], keys, values, mask, scale, softcap)  # -> [B, H*hd]
 
     def feed_forward(self, i: int, layer: dict, h):
         """The MLP of layer i: SwiGLU, GPT-2's GELU MLP, or a Mixture-of-Experts (tinyinfer/moe.py).  [T, d] -> [T, d]"""

@@ -2,6 +2,8 @@
 
 LayerNorm (GPT-2) centres and scales each row, then applies a learned gain and bias. RMSNorm (Llama and
 descendants) skips the centring and the bias: it divides by the root-mean-square only, one reduction fewer.
+Gemma's RMSNorm stores its gain as an offset from 1 and scales by (1 + weight): a weight of zero is the
+identity gain (transformers adds the 1 in float32 at every call, and so does `apply_norm`).
 
     >>> import numpy as np
     >>> rms_norm(np.array([[3.0, 4.0]]), np.ones(2), eps=0.0)  # rms of (3, 4) is sqrt(12.5)
@@ -28,7 +30,9 @@ def layer_norm(x, weight, bias, eps: float):
 
 
 def apply_norm(x, weights: dict, kind: str, eps: float):
-    """The model's configured norm: `kind` is "rmsnorm" or "layernorm"."""
+    """The model's configured norm: `kind` is "rmsnorm", "rmsnorm_plus_one" (Gemma) or "layernorm"."""
     if kind == "rmsnorm":
         return rms_norm(x, weights["weight"], eps)
+    if kind == "rmsnorm_plus_one":
+        return rms_norm(x, 1.0 + weights["weight"], eps)
     return layer_norm(x, weights["weight"], weights["bias"], eps)

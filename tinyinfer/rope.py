@@ -4,6 +4,8 @@ Each head vector is cut into pairs of coordinates; pair i is rotated by the angl
 with frequencies falling geometrically from 1 to 1/theta. The dot product of a rotated q and k then depends
 only on their distance. tinyinfer uses the Hugging Face layout, where pair i is (x[i], x[i + head_dim/2])
 ("rotate half"); llama2.c files pair neighbours (x[2i], x[2i+1]) and are permuted into this layout at load.
+Some models (Phi-3 with `partial_rotary_factor`) rotate only the first coordinates of each head and let the
+rest through unrotated: `apply_partial_rope`, with frequencies computed for the rotated width.
 
 Scaled variants stretch the frequencies so a model reaches past its training length:
 `linear` divides every frequency by `factor`; `llama3` divides only the low frequencies and blends between;
@@ -106,3 +108,19 @@ def apply_rope(x, cos, sin):
     return rotated
     # END EXERCISE 4.2
 
+
+def apply_partial_rope(x, cos, sin):
+    """`apply_rope` on the first 2 x cos.shape[-1] coordinates of each head; the rest pass unrotated (Phi-3's
+    partial_rotary_factor). When the angles cover the whole head it is `apply_rope` itself.
+    [T, n_heads, hd] -> [T, n_heads, hd]
+
+    >>> x = np.ones((1, 1, 4), dtype=np.float32)
+    >>> apply_partial_rope(x, *rope_angles(np.array([1]), inv_frequencies(2, 10000.0))).round(4)  # 2 of 4 rotated
+    array([[[-0.3012,  1.3818,  1.    ,  1.    ]]], dtype=float32)
+    """
+    rotary = 2 * cos.shape[-1]
+    if rotary == x.shape[-1]:
+        return apply_rope(x, cos, sin)
+    out = x.copy()
+    out[..., :rotary] = apply_rope(x[..., :rotary], cos, sin)  # [T, H, rotary]
+    return out

@@ -7,7 +7,8 @@ model code reads, checking every shape on the way:
         "embed": [vocab, d],  "pos_embed": [max_len, d] (GPT-2 only),
         "layers": [{"attn_norm": {"weight", "bias"?}, "qkv": [d, (H + 2*KV)*hd], "o": [H*hd, d],
                     "qkv_bias"?, "o_bias"?, "q_norm"?, "k_norm"?,
-                    "mlp_norm": {...}, "mlp": {"gate"?, "up", "down", "up_bias"?, "down_bias"?}}, ...],
+                    "mlp_norm": {...}, "mlp": {"gate"?, "up", "down", "up_bias"?, "down_bias"?},
+                    "post_attn_norm"?, "post_mlp_norm"? (Gemma 2: on each sublayer's output)}, ...],
         a Mixture-of-Experts layer's "mlp": {"router": [d, E], "experts": [{"gate", "up", "down"} x E],
                                              "shared"?: {"gate", "up", "down"}, "shared_gate"?: [d, 1]},
         "final_norm": {"weight", "bias"?},  "lm_head": [d, vocab],
@@ -15,8 +16,9 @@ model code reads, checking every shape on the way:
 
 Linear weights are stored as [in, out] so every projection reads `x @ w` (PyTorch's nn.Linear stores
 [out, in]: those are transposed once, at load). The q, k and v projections read the same input, so they
-are stacked side by side into one "qkv" matrix (GPT-2's c_attn already is): one matrix-vector product
-instead of three, which streams faster. Tied embeddings share the embedding table, no copy.
+are stacked side by side into one "qkv" matrix (GPT-2's c_attn and Phi-3's qkv_proj already are): one
+matrix-vector product instead of three, which streams faster. Phi-3's fused gate_up_proj is split into
+gate and up (its first and second halves). Tied embeddings share the embedding table, no copy.
 `arrange_for_matvec` then picks each weight's memory order (not its shape) for the fastest decode step.
 """
 
@@ -104,7 +106,8 @@ def gpt2_params(get: Getter, cfg: Config) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Llama family (llama, mistral, qwen2, qwen3): nn.Linear layers, RMSNorm, SwiGLU.
+# Llama family (llama, mistral, qwen2, qwen3, gemma, gemma2; phi3 with fused weights): nn.Linear layers, RMSNorm,
+# a gated MLP.
 # ---------------------------------------------------------------------------------------------------------------
 
 def llama_attention(get: Getter, cfg: Config, p: str) -> dict:
@@ -132,23 +135,51 @@ def swiglu_mlp(get: Getter, p: str, d: int, d_ff: int, with_bias: bool = False) 
     return mlp
 
 
-def llama_params(get: Getter, cfg: Config, mlp_params: Callable | None = None) -> dict:
-    """`mlp_params(get, cfg, i)` builds layer i's MLP; MoE architectures pass their own."""
+# tinyinfer's norm name -> the checkpoint's. Gemma 2 norms each sublayer's input and output, and its
+# `post_attention_layernorm` is the attention's output norm, not (as in Llama) the MLP's input norm.
+NORM_NAMES = {"attn_norm": "input_layernorm", "mlp_norm": "post_attention_layernorm"}
+POST_NORM_NAMES = {"attn_norm": "input_layernorm", "post_attn_norm": "post_attention_layernorm",
+                   "mlp_norm": "pre_feedforward_layernorm", "post_mlp_norm": "post_feedforward_layernorm"}
+
+
+def llama_params(get: Getter, cfg: Config, mlp_params: Callable | None = None,
+                 attention_params: Callable = llama_attention) -> dict:
+    """`mlp_params(get, cfg, i)` builds layer i's MLP (MoE architectures pass their own), `attention_params(get,
+    cfg, prefix)` its attention (Phi-3 passes its fused one)."""
     d, V = cfg.d_model, cfg.vocab_size
     mlp_params = mlp_params or (lambda g, c, i: swiglu_mlp(g, f"model.layers.{i}.mlp", c.d_model, c.d_ff, c.mlp_bias))
+    norm_names = POST_NORM_NAMES if cfg.post_norms else NORM_NAMES
     layers = []
     for i in range(cfg.n_layers):
         p = f"model.layers.{i}"
         layers.append({
-            "attn_norm": norm(get, f"{p}.input_layernorm", d, False),
-            **llama_attention(get, cfg, f"{p}.self_attn"),
-            "mlp_norm": norm(get, f"{p}.post_attention_layernorm", d, False),
+            **{key: norm(get, f"{p}.{name}", d, False) for key, name in norm_names.items()},
+            **attention_params(get, cfg, f"{p}.self_attn"),
             "mlp": mlp_params(get, cfg, i),
         })
     embed = embedding_table(get, cfg)
     # tied: the embedding table doubles as the output layer, [V, d] -> [d, V] as a view, no copy
     lm_head = embed.T if cfg.tie_word_embeddings else linear(get, "lm_head.weight", d, V)
     return {"embed": embed, "layers": layers, "final_norm": norm(get, "model.norm", d, False), "lm_head": lm_head}
+
+
+def phi3_attention(get: Getter, cfg: Config, p: str) -> dict:
+    """Phi-3 stores q, k and v as one matrix already, in tinyinfer's order: q rows, then k rows, then v rows."""
+    q_dim, kv_dim = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
+    return {"qkv": linear(get, f"{p}.qkv_proj.weight", cfg.d_model, q_dim + 2 * kv_dim),
+            "o": linear(get, f"{p}.o_proj.weight", q_dim, cfg.d_model)}
+
+
+def phi3_mlp(get: Getter, cfg: Config, i: int) -> dict:
+    """Phi-3's gate_up_proj [2 d_ff, d]: the gate's rows, then up's (transformers splits it with chunk(2))."""
+    p, ff = f"model.layers.{i}.mlp", cfg.d_ff
+    gate_up = linear(get, f"{p}.gate_up_proj.weight", cfg.d_model, 2 * ff)  # [d, 2 ff]
+    return {"gate": np.ascontiguousarray(gate_up[:, :ff]), "up": np.ascontiguousarray(gate_up[:, ff:]),
+            "down": linear(get, f"{p}.down_proj.weight", ff, cfg.d_model)}
+
+
+def phi3_params(get: Getter, cfg: Config) -> dict:
+    return llama_params(get, cfg, phi3_mlp, phi3_attention)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -208,6 +239,9 @@ PARAM_BUILDERS = {
     "qwen2_moe": (moe_params, ()),
     "qwen3_moe": (moe_params, ()),
     "olmoe": (moe_params, ()),
+    "phi3": (phi3_params, ()),
+    "gemma": (llama_params, ()),
+    "gemma2": (llama_params, ()),
 }
 
 

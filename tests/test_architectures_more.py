@@ -1,0 +1,248 @@
+"""Phi-3, Gemma and Gemma 2 against transformers, on tiny random checkpoints built here.
+
+What each adds to the Llama body, and where the variants below make it matter:
+- phi3: q/k/v and gate/up fused in the file (split at load), RoPE on a leading part of each head
+  (`partial_rotary_factor`), a sliding window over every layer when `sliding_window` is set, tied or untied head;
+- gemma: embeddings times sqrt(hidden_size), RMSNorm scaling by (1 + weight), a tanh-GELU gated MLP (config.json's
+  "gelu" read as the tanh approximation, as transformers 5 does), head_dim independent of hidden_size / heads;
+- gemma2: four norms per layer (sublayer outputs normed before the residual add), attention scores scaled by
+  query_pre_attn_scalar^-1/2 and soft-capped before the mask, soft-capped logits, a window on the even layers.
+
+Every parameter is re-randomised with a wide spread (weights_scripts/make_tiny_models.py says why; Gemma's norm
+weights, stored as offsets from 1, are drawn from U(-0.5, 0.5) so that its gains spread as the others'), the soft
+caps are set low enough to bite, and windows are far shorter than the prompts. MISTAKES shows that undoing any
+of these switches moves the logits far past the tolerance, so the parity below is not luck.
+
+Checked: logits against transformers (float32, eager attention) within 1e-4 at every position, also through the
+tiled long-prompt path; cached decode against tinyinfer's own full recompute within 1e-9 (in float64); greedy
+tokens equal to transformers' generate; the serving engine (paged cache, batched decode) equal to model.generate.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+import torch
+import transformers
+from tiny_models import hf_greedy, hf_logits, make_tiny_models, prompt_ids
+
+import tinyinfer
+import tinyinfer.model
+from tinyinfer.config import config_from_hf
+from tinyinfer.engine import LLM
+from tinyinfer.errors import TinyInferError
+from tinyinfer.flash_attention import tiled_attention
+from tinyinfer.model import Model, SeqChunk, map_arrays
+from tinyinfer.sampling import SamplingParams
+
+LOGITS_ATOL = 1e-4  # against transformers (see test_parity_hf.py)
+CACHE_ATOL = 1e-9  # tinyinfer's cached paths against its own full recompute, in float64 (float32 rounding alone
+# moves these logits, up to ~10 in size, by ~1e-5 between the two summation orders)
+WINDOW = 6  # keys; far shorter than the 24-token prompts
+
+BASE = dict(vocab_size=make_tiny_models.VOCAB_SIZE, hidden_size=48, intermediate_size=96, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, rms_norm_eps=1e-5,
+            bos_token_id=1, eos_token_id=2, pad_token_id=0)
+GEMMA2 = dict(num_hidden_layers=3, head_dim=16, query_pre_attn_scalar=24, attn_logit_softcapping=8.0,
+              final_logit_softcapping=5.0, sliding_window=WINDOW)
+
+# name -> (transformers config class, fields, stored dtype)
+VARIANTS = {
+    "phi3": ("Phi3Config", {"tie_word_embeddings": False}, "float32"),
+    "phi3_partial_rotary_window_tied": ("Phi3Config", {"partial_rotary_factor": 0.5, "sliding_window": WINDOW,
+                                                       "tie_word_embeddings": True, "num_key_value_heads": 1},
+                                        "float32"),
+    "gemma": ("GemmaConfig", {"head_dim": 16, "hidden_act": "gelu"}, "float32"),  # "gelu": the tanh GELU
+    "gemma_mha_bias": ("GemmaConfig", {"head_dim": 8, "num_key_value_heads": 4, "attention_bias": True}, "float32"),
+    "gemma2": ("Gemma2Config", GEMMA2, "float32"),
+    "gemma2_no_softcap_exact_gelu": ("Gemma2Config", {**GEMMA2, "attn_logit_softcapping": None,
+                                                      "final_logit_softcapping": None, "hidden_activation": "gelu"},
+                                     "float32"),
+    "gemma2_bf16": ("Gemma2Config", GEMMA2, "bfloat16"),
+}
+
+
+def build(name: str, folder):
+    """VARIANTS[name] written by transformers itself, every parameter re-randomised."""
+    config_class, fields, dtype = VARIANTS[name]
+    config = getattr(transformers, config_class)(**{**BASE, **fields})
+    model = transformers.AutoModelForCausalLM.from_config(config)
+    make_tiny_models.randomise_(model, seed=0)  # norm weights ~ U(0.5, 1.5)
+    if config_class.startswith("Gemma"):  # gains 1 + weight: the same U(0.5, 1.5) as the other families' tests
+        with torch.no_grad():
+            for param_name, param in model.named_parameters():
+                if param_name.endswith("norm.weight"):
+                    param -= 1.0
+    model.to(getattr(torch, dtype)).save_pretrained(folder)
+    transformers.GenerationConfig(bos_token_id=1, eos_token_id=2, do_sample=False).save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    """`checkpoint(name) -> Path`, each variant built once for this module."""
+    root = tmp_path_factory.mktemp("architectures_more")
+    built = {}
+
+    def get(name: str):
+        if name not in built:
+            built[name] = build(name, root / name)
+        return built[name]
+
+    return get
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_logits_match_transformers_at_every_position(name, checkpoint):
+    """A bf16 file is read exactly (bf16 widens to float32 without rounding), so it meets the float32 bound too."""
+    folder = checkpoint(name)
+    ids = prompt_ids(24)
+    np.testing.assert_allclose(tinyinfer.load(folder).logits(ids), hf_logits(folder, ids), rtol=0, atol=LOGITS_ATOL)
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_cached_decode_equals_full_recompute(name, checkpoint):
+    """Prefill 6 tokens, a 5-token chunk at position 6, then one token at a time: the full pass's logits."""
+    model = tinyinfer.load(checkpoint(name))
+    model = Model(model.config, map_arrays(model.params, lambda a: a.astype(np.float64)), dtype=np.float64)
+    ids = prompt_ids(24, seed=1)
+    cache = model.new_cache()
+    prefill = model.forward([SeqChunk(0, 0, ids[:6])], cache, all_logits=True)  # [6, V]
+    chunk = model.forward([SeqChunk(0, 6, ids[6:11])], cache, all_logits=True)  # [5, V]
+    steps = [model.forward([SeqChunk(0, pos, ids[pos:pos + 1])], cache) for pos in range(11, 24)]  # 13 x [1, V]
+    np.testing.assert_allclose(np.concatenate([prefill, chunk, *steps]), model.logits(ids), rtol=0, atol=CACHE_ATOL)
+
+
+@pytest.mark.parametrize("name", ["phi3_partial_rotary_window_tied", "gemma", "gemma2"])
+def test_greedy_tokens_equal_transformers_generate(name, checkpoint):
+    folder = checkpoint(name)
+    ids = prompt_ids(16, seed=2)
+    result = tinyinfer.load(folder).generate(ids, max_tokens=24, temperature=0.0, ignore_eos=True)
+    assert list(result.token_ids) == hf_greedy(folder, ids, 24)
+
+
+@pytest.mark.parametrize("name", ["phi3_partial_rotary_window_tied", "gemma", "gemma2"])
+def test_serving_engine_gives_the_greedy_tokens_of_generate(name, checkpoint):
+    """Several sequences batched through the paged cache (one-token steps attended as one batch, with the
+    window and the soft cap): each gets the tokens model.generate gives it alone."""
+    model = tinyinfer.load(checkpoint(name))
+    prompts = [prompt_ids(n, seed=seed) for n, seed in ((20, 3), (9, 4), (14, 5), (3, 6))]
+    params = SamplingParams(max_tokens=16, temperature=0.0, ignore_eos=True)
+    results = LLM(model, block_size=4, max_num_batched_tokens=32).generate(prompts, params)
+    for prompt, result in zip(prompts, results):
+        assert result.token_ids == list(model.generate(prompt, params).token_ids)
+
+
+@pytest.mark.parametrize("name", ["phi3_partial_rotary_window_tied", "gemma2", "gemma2_no_softcap_exact_gelu"])
+def test_tiled_prefill_matches_transformers(name, checkpoint, monkeypatch):
+    """The long-prompt path (`tiled_attention`), forced on a 40-token prompt with 8-position tiles, so that key
+    tiles before the window are skipped and the soft cap is applied tile by tile."""
+    monkeypatch.setattr(tinyinfer.model, "TILED_ATTENTION_MIN_SCORES", 0)
+    calls = []
+
+    def small_tiles(*args, **kwargs):
+        calls.append(kwargs.get("softcap"))
+        return tiled_attention(*args, **kwargs, tile=8)
+
+    monkeypatch.setattr(tinyinfer.model, "tiled_attention", small_tiles)
+    folder = checkpoint(name)
+    ids = prompt_ids(40, seed=8)
+    np.testing.assert_allclose(tinyinfer.load(folder).logits(ids), hf_logits(folder, ids), rtol=0, atol=LOGITS_ATOL)
+    assert calls and set(calls) == {VARIANTS[name][1].get("attn_logit_softcapping")}  # every layer, tiled
+
+
+# Each switch undone (a Config change) must move the logits at least 10x the tolerance, or the variant would not
+# catch a loader that forgot it.
+MISTAKES = {
+    "phi3_partial_rotary_window_tied": [{"partial_rotary_factor": 1.0},
+                                        {"layer_types": ["full_attention"] * 2}],  # no window
+    "gemma": [{"norm": "rmsnorm"},  # weight instead of 1 + weight
+              {"embed_scale": 1.0},
+              {"activation": "gelu"}],  # the exact GELU, as "gelu" would mean elsewhere
+    "gemma2": [{"attn_softcap": None}, {"final_softcap": None},
+               {"query_pre_attn_scalar": None},  # 1/sqrt(head_dim)
+               {"layer_types": ["full_attention"] * 3},
+               {"layer_types": ["full_attention", "sliding_attention", "full_attention"]}],  # the odd layers slide
+    "gemma2_no_softcap_exact_gelu": [{"activation": "gelu_tanh"}],
+}
+
+
+@pytest.mark.parametrize("name, change", [(name, change) for name, changes in MISTAKES.items() for change in changes],
+                         ids=lambda x: x if isinstance(x, str) else "-".join(x))
+def test_each_switch_matters(name, change, checkpoint):
+    folder = checkpoint(name)
+    model = tinyinfer.load(folder)
+    mistaken = Model(dataclasses.replace(model.config, **change), model.params)
+    ids = prompt_ids(24)
+    assert np.abs(mistaken.logits(ids) - hf_logits(folder, ids)).max() > 10 * LOGITS_ATOL
+
+
+def test_gemma2_post_norms_are_read_under_their_own_names(checkpoint):
+    """Gemma 2's post_attention_layernorm normalises the attention's output (Llama's feeds the MLP): swapped with
+    pre_feedforward_layernorm, the logits move far."""
+    folder = checkpoint("gemma2")
+    model = tinyinfer.load(folder)
+    swapped = [dict(layer, post_attn_norm=layer["mlp_norm"], mlp_norm=layer["post_attn_norm"])
+               for layer in model.params["layers"]]
+    mistaken = Model(model.config, dict(model.params, layers=swapped))
+    ids = prompt_ids(24)
+    assert np.abs(mistaken.logits(ids) - hf_logits(folder, ids)).max() > 10 * LOGITS_ATOL
+
+
+def test_config_fields_are_read_as_transformers_reads_them(checkpoint):
+    phi3 = tinyinfer.load(checkpoint("phi3_partial_rotary_window_tied")).config
+    assert (phi3.rotary_dim, phi3.window_of(0), phi3.window_of(1), phi3.tie_word_embeddings) == (6, WINDOW, WINDOW,
+                                                                                                 True)
+    gemma = tinyinfer.load(checkpoint("gemma")).config
+    assert (gemma.activation, gemma.head_dim, gemma.embed_scale, gemma.norm) == ("gelu_tanh", 16, 48**0.5,
+                                                                                  "rmsnorm_plus_one")
+    gemma2 = tinyinfer.load(checkpoint("gemma2")).config
+    assert [gemma2.window_of(i) for i in range(3)] == [WINDOW, None, WINDOW]
+    assert (gemma2.attention_scale(0), gemma2.attention_softcap(1), gemma2.final_softcap) == (24**-0.5, 8.0, 5.0)
+
+
+SIZES = {"vocab_size": 300, "hidden_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4,
+         "num_key_value_heads": 2, "intermediate_size": 96}
+
+
+@pytest.mark.parametrize("kind", ["longrope", "su", "yarn"])
+def test_phi3_long_context_rope_is_refused_by_name(kind):
+    """transformers reads Phi-3's "su" and "yarn" as its "longrope" (short and long factors switched by length)."""
+    rope = {"type": kind, "short_factor": [1.0] * 6, "long_factor": [2.0] * 6, "original_max_position_embeddings": 64}
+    with pytest.raises(TinyInferError, match=f"phi3.*'{kind}'.*longrope.*not supported"):
+        config_from_hf({"model_type": "phi3", **SIZES, "rope_scaling": rope})
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"model_type": "gemma", "use_bidirectional_attention": True}, "use_bidirectional_attention is not supported"),
+    ({"model_type": "gemma2", "use_bidirectional_attention": True}, "use_bidirectional_attention is not supported"),
+    ({"model_type": "gemma", "hidden_act": "gelu", "hidden_activation": "gelu"},  # tanh (transformers 5) or exact?
+     "hidden_act='gelu_pytorch_tanh' and hidden_activation='gelu' disagree"),
+    ({"model_type": "gemma2", "hidden_act": "silu"},
+     "hidden_activation='gelu_pytorch_tanh' and hidden_act='silu' disagree"),
+    ({"model_type": "gemma2", "sliding_window": None}, "sliding_window is null"),
+])
+def test_gemma_options_tinyinfer_cannot_honour_are_refused_by_name(fields, message):
+    with pytest.raises(TinyInferError, match=message):
+        config_from_hf({**SIZES, "head_dim": 12, **fields})
+
+
+def test_real_config_files_read(tmp_path):
+    """The fields Phi-3-mini-4k, Gemma-2B and Gemma-2-2B config.json files carry (sizes shrunk): their switches."""
+    phi3 = config_from_hf({**SIZES, "model_type": "phi3", "rope_scaling": None, "sliding_window": 2047,
+                           "original_max_position_embeddings": 4096, "resid_pdrop": 0.0, "embd_pdrop": 0.0})
+    gemma = config_from_hf({**SIZES, "model_type": "gemma", "head_dim": 256, "hidden_act": "gelu",
+                            "hidden_activation": "gelu_pytorch_tanh"})
+    gemma2 = config_from_hf({**SIZES, "model_type": "gemma2", "head_dim": 256, "hidden_act": "gelu_pytorch_tanh",
+                             "hidden_activation": "gelu_pytorch_tanh", "query_pre_attn_scalar": 256,
+                             "cache_implementation": "hybrid", "sliding_window": 4096})
+    assert (phi3.window_of(0), phi3.rotary_dim) == (2047, 12)
+    assert (gemma.activation, gemma.window_of(0)) == ("gelu_tanh", None)
+    assert (gemma2.window_of(0), gemma2.window_of(1), gemma2.attn_softcap, gemma2.final_softcap) == (4096, None, 50.0,
+                                                                                                      30.0)
+    (tmp_path / "config.json").write_text(json.dumps({**SIZES, "model_type": "gemma2", "head_dim": 256}))
+    theirs = transformers.AutoConfig.from_pretrained(tmp_path)
+    assert gemma2.layer_types == theirs.layer_types
