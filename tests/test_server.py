@@ -118,6 +118,33 @@ def test_a_stop_string_ends_with_finish_reason_stop(server, model):
     assert full.startswith(choice["text"]) and len(choice["text"]) < len(full)
 
 
+def test_logprobs_are_those_of_model_generate_whole_and_streamed(server, model):
+    request = {"prompt": "ROMEO:", "max_tokens": 12, "temperature": 0.8, "seed": 5, "logprobs": 3}
+    solo = model.generate(**request)
+    _, whole = post(server, "/v1/completions", request)
+    logprobs = whole["choices"][0]["logprobs"]
+    assert logprobs["tokens"] == [model.tokenizer.decode([c.token_id]) for c in solo.logprobs]
+    assert logprobs["token_logprobs"] == pytest.approx([c.logprob for c in solo.logprobs], abs=1e-5)
+    best = [{model.tokenizer.decode([i]): lp for i, lp in c.top_logprobs} for c in solo.logprobs]
+    assert [list(top) for top in logprobs["top_logprobs"]] == [list(top) for top in best]
+    chunks = stream_events(server, "/v1/completions", request)[:-1]
+    streamed = [c["choices"][0]["logprobs"] for c in chunks]
+    assert [token for part in streamed for token in part["tokens"]] == logprobs["tokens"]
+    assert [lp for part in streamed for lp in part["token_logprobs"]] == pytest.approx(logprobs["token_logprobs"],
+                                                                                       abs=1e-5)
+    chat = {"messages": [{"role": "user", "content": "Hail!"}], "max_tokens": 8, "temperature": 0,
+            "logprobs": True, "top_logprobs": 2}
+    _, whole = post(server, "/v1/chat/completions", chat)
+    content = whole["choices"][0]["logprobs"]["content"]
+    assert "".join(entry["token"] for entry in content) == whole["choices"][0]["message"]["content"]
+    assert all(len(entry["top_logprobs"]) == 2 and entry["top_logprobs"][0]["logprob"] >= entry["logprob"]
+               for entry in content)
+    chunks = stream_events(server, "/v1/chat/completions", chat)[:-1]
+    streamed = [entry for c in chunks if c["choices"][0]["logprobs"] for entry in c["choices"][0]["logprobs"]["content"]]
+    assert [(e["token"], e["bytes"]) for e in streamed] == [(e["token"], e["bytes"]) for e in content]
+    assert [e["logprob"] for e in streamed] == pytest.approx([e["logprob"] for e in content], abs=1e-5)
+
+
 def test_stream_deltas_join_to_the_whole_completion(server):
     request = {"prompt": "KING HENRY:", "max_tokens": 30, "temperature": 0.8, "seed": 3}
     _, whole = post(server, "/v1/completions", request)
@@ -209,7 +236,9 @@ TOO_LONG = list(range(10, 600))  # 590 token ids: more than the 512-token contex
     ("/v1/completions", {"prompt": "ROMEO:", "logit_bias": {"4096": 1}}, 400, None, "outside the vocabulary"),
     ("/v1/completions", {"max_tokens": 5}, 400, "prompt", "missing"),
     ("/v1/completions", {"prompt": "ROMEO:", "model": "gpt-4"}, 404, "model", "not served here"),
-    ("/v1/completions", {"prompt": "ROMEO:", "logprobs": 2}, 400, "logprobs", "logprobs"),
+    ("/v1/completions", {"prompt": "ROMEO:", "logprobs": -1}, 400, "logprobs", "integer >= 0"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "top_logprobs": 2}, 400,
+     "top_logprobs", "needs logprobs: true"),
     ("/v1/completions", {"prompt": "ROMEO:", "echo": True}, 400, "echo", "not supported"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}],
                               "response_format": {"type": "json_schema", "json_schema": {"schema": {}}}},

@@ -13,6 +13,7 @@ import sys
 
 import tinyinfer
 from tinyinfer.chat import ChatTemplate
+from tinyinfer.commands.generate import add_kv_cache_dtype_argument
 from tinyinfer.engine import LLM
 from tinyinfer.engine.server import Server
 from tinyinfer.errors import TinyInferError
@@ -31,12 +32,13 @@ def add_arguments(parser) -> None:
     parser.add_argument("--block-size", type=int, default=16, help="tokens per KV block")
     parser.add_argument("--no-prefix-caching", action="store_true",
                         help="do not reuse the KV blocks of shared prompt prefixes")
+    add_kv_cache_dtype_argument(parser)
 
 
 def run(args) -> int:
     if not 0 <= args.port <= 65535:
         raise TinyInferError(f"--port {args.port} is not a port: give 0..65535 (0: any free port)")
-    model = tinyinfer.load(args.model, device=args.device)
+    model = tinyinfer.load(args.model, device=args.device, kv_cache_dtype=args.kv_cache_dtype)
     llm = LLM(model, block_size=args.block_size, max_num_seqs=args.max_num_seqs,
               max_num_batched_tokens=args.max_num_batched_tokens, prefix_caching=not args.no_prefix_caching)
     name = args.served_model_name or args.model or DEFAULT_MODEL

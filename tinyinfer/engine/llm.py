@@ -32,7 +32,7 @@ from tinyinfer.engine.sequence import RequestMetrics, Sequence, Status
 from tinyinfer.errors import TinyInferError, is_integer_at_least
 from tinyinfer.generation import check_fits, encode_prompt, resolve_params, stop_ids
 from tinyinfer.lora import check_adapter
-from tinyinfer.sampling import Sampler, SamplingParams, sequence_rngs
+from tinyinfer.sampling import Sampler, SamplingParams, TokenChoice, sequence_rngs
 from tinyinfer.stopping import StopMatcher
 
 
@@ -52,6 +52,7 @@ class RequestOutput:
     finished: bool
     finish_reason: str | None  # "eos" | "stop" | "length" | "abort"
     metrics: RequestMetrics
+    logprobs: list[TokenChoice] | None = None  # one per token id, when SamplingParams.logprobs is set
 
 
 @dataclass
@@ -248,7 +249,8 @@ class LLM:
     def _sample(self, seq: Sequence, logits) -> list[int]:
         """Draw the sequence's next token and apply the stopping rules (those of `model.generate`);
         return the tokens it gained (0 or 1)."""
-        token = seq.sampler.sample(logits).token_id
+        choice = seq.sampler.sample(logits)
+        token = choice.token_id
         seq.metrics.first_token = seq.metrics.first_token or time.perf_counter()
         if token in seq.enders:
             seq.stop_token = token
@@ -256,6 +258,8 @@ class LLM:
             return []
         seq.metrics.output_tokens += 1
         self.generated_tokens += 1
+        if seq.params.logprobs is not None:
+            seq.logprobs.append(choice)  # as model.generate reports them: the ender above has none
         if seq.stop_matcher is not None:
             seq.text += seq.stop_matcher.push(seq.detokenizer.push(token))
             if seq.stop_matcher.stopped:
@@ -278,8 +282,9 @@ class LLM:
             self.requests.pop(seq.request_id, None)
 
     def _output(self, seq: Sequence, new: list[int]) -> RequestOutput:
+        logprobs = list(seq.logprobs) if seq.params.logprobs is not None else None  # a copy: the list grows
         return RequestOutput(seq.request_id, seq.index, seq.prompt_ids, seq.result_ids, seq.text, new,
-                             seq.status is Status.FINISHED, seq.finish_reason, seq.metrics)
+                             seq.status is Status.FINISHED, seq.finish_reason, seq.metrics, logprobs)
 
     def _log(self, batch) -> None:
         running = self.scheduler.running

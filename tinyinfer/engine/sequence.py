@@ -18,7 +18,7 @@ import enum
 import time
 from dataclasses import dataclass, field
 
-from tinyinfer.sampling import Sampler, SamplingParams
+from tinyinfer.sampling import Sampler, SamplingParams, TokenChoice
 from tinyinfer.stopping import StopMatcher
 
 
@@ -87,6 +87,7 @@ class Sequence:
     stop_token: int | None = None  # the EOS / stop token id that ended it (sampled, but not part of the output)
     block_names: list[int] = field(default_factory=list)  # prefix-cache names of its full, computed blocks
     lora: str | None = None  # the LoRA adapter it runs with (tinyinfer/lora.py): part of its blocks' names
+    logprobs: list[TokenChoice] = field(default_factory=list)  # per output token, when params.logprobs is set
 
     @property
     def output_ids(self) -> list[int]:

@@ -33,6 +33,7 @@ is answered 500, and the engine thread carries on with the other requests.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import queue
 import select
@@ -52,12 +53,12 @@ SAMPLING_FIELDS = {name: name for name in (
     "max_tokens", "temperature", "top_p", "n", "stop", "seed", "presence_penalty", "frequency_penalty",
     "logit_bias", "top_k", "min_p", "repetition_penalty", "stop_token_ids", "ignore_eos")}
 SAMPLING_FIELDS["max_completion_tokens"] = "max_tokens"  # the chat API's newer name; it wins over max_tokens
-OTHER_FIELDS = {"prompt", "messages", "model", "stream", "stream_options",  # read by the handler
+OTHER_FIELDS = {"prompt", "messages", "model", "stream", "stream_options", "logprobs", "top_logprobs",  # read apart
                 "user", "metadata", "store", "service_tier", "parallel_tool_calls"}  # no effect on the output
-NO_OP_VALUES = {"echo": False, "best_of": 1, "suffix": "", "logprobs": False, "top_logprobs": 0, "tools": [],
-                "tool_choice": "none", "response_format": {"type": "text"}}  # accepted at these values only
-LOGPROBS, TOOLS = "the serving engine does not return logprobs yet", "this server makes no tool calls"
-UNSUPPORTED = {"logprobs": LOGPROBS, "top_logprobs": LOGPROBS, "tools": TOOLS, "tool_choice": TOOLS,  # and why
+NO_OP_VALUES = {"echo": False, "best_of": 1, "suffix": "", "tools": [], "tool_choice": "none",
+                "response_format": {"type": "text"}}  # accepted at these values only
+TOOLS = "this server makes no tool calls"
+UNSUPPORTED = {"tools": TOOLS, "tool_choice": TOOLS,  # fields that would change the output, and why they are refused
                "response_format": "the serving engine has no structured output yet (generate --json-schema has)"}
 FINISH_REASONS = {"eos": "stop", "stop": "stop", "length": "length"}  # the engine's reasons -> OpenAI's
 POLL_S = 0.25  # how often a waiting handler checks that its client is still connected
@@ -166,6 +167,8 @@ class Server(ThreadingHTTPServer):
 
     def __init__(self, llm, host: str = "127.0.0.1", port: int = 8000, model_name: str = "shakespeare",
                  chat_template=None):
+        if llm.model.tokenizer is None:
+            raise TinyInferError("the server reads and writes text: load the model with its tokenizer (tokenizer=PATH)")
         super().__init__((host, port), Handler)  # binds now: a port in use fails here, before any thread starts
         self.model, self.model_name, self.chat_template = llm.model, model_name, chat_template
         self.created = int(time.time())
@@ -223,7 +226,7 @@ class Handler(BaseHTTPRequestHandler):
         try:
             events = self._events(submission)
             next(events)  # ACCEPTED, or the engine's refusal raised here, before any header is sent
-            reply = Reply(chat, self.server.model_name, submission)
+            reply = Reply(chat, self.server.model_name, submission, self.server.model.tokenizer)
             if stream:
                 self._stream(reply.chunks(events, include_usage))
             else:
@@ -290,8 +293,8 @@ class Handler(BaseHTTPRequestHandler):
 class Reply:
     """The OpenAI response bodies of one submission, whole or as stream chunks, built from its outputs."""
 
-    def __init__(self, chat: bool, model_name: str, submission: Submission):
-        self.chat, self.prompts = chat, [ids for _, ids, _ in submission.requests]
+    def __init__(self, chat: bool, model_name: str, submission: Submission, tokenizer):
+        self.chat, self.prompts, self.tokenizer = chat, [ids for _, ids, _ in submission.requests], tokenizer
         self.index = {key: i for i, key in enumerate(submission.keys())}  # (request id, sample) -> choice index
         kind = ("chatcmpl", "chat.completion") if chat else ("cmpl", "text_completion")
         self.head = {"id": f"{kind[0]}-{uuid.uuid4().hex}", "object": kind[1], "created": int(time.time()),
@@ -299,7 +302,8 @@ class Reply:
 
     def whole(self, outputs) -> dict:
         final = {(out.request_id, out.index): out for out in outputs if out.finished}
-        choices = [self._choice(i, final[key].text, final[key].finish_reason) for key, i in self.index.items()]
+        choices = [self._choice(i, final[key].text, final[key].finish_reason, self._logprobs(final[key].logprobs))
+                   for key, i in self.index.items()]
         return {**self.head, "choices": choices, "usage": self._usage(final.values())}
 
     def chunks(self, outputs, include_usage: bool):
@@ -309,25 +313,46 @@ class Reply:
         for i in self.index.values() if self.chat else []:
             yield {**head, "choices": [{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
                                         "finish_reason": None}], **usage}
-        shown = dict.fromkeys(self.index, 0)  # characters of each choice's text sent so far
+        sent = dict.fromkeys(self.index, (0, 0))  # per choice: characters of text, and logprobs, sent so far
         final = []
         for out in outputs:
             key = (out.request_id, out.index)
-            new_text, shown[key] = out.text[shown[key]:], len(out.text)
-            if new_text or out.finished:
-                yield {**head, "choices": [self._choice(self.index[key], new_text, out.finish_reason, True)], **usage}
-            final += [out] * out.finished
+            chars, tokens = sent[key]
+            if out.text[chars:] or out.finished:  # logprobs ride along with text (the engine may hold text back)
+                logprobs = self._logprobs(None if out.logprobs is None else out.logprobs[tokens:], offset=chars)
+                choice = self._choice(self.index[key], out.text[chars:], out.finish_reason, logprobs, delta=True)
+                yield {**head, "choices": [choice], **usage}
+                sent[key] = (len(out.text), len(out.logprobs or ()))
+            if out.finished:
+                final.append(out)
         if include_usage:
             yield {**head, "choices": [], "usage": self._usage(final)}
 
-    def _choice(self, index: int, text: str, reason: str | None, delta: bool = False) -> dict:
+    def _choice(self, index: int, text: str, reason: str | None, logprobs: dict | None, delta: bool = False) -> dict:
         if not self.chat:
             content = {"text": text}
         elif delta:
             content = {"delta": {"content": text} if text else {}}
         else:
             content = {"message": {"role": "assistant", "content": text}}
-        return {"index": index, **content, "logprobs": None, "finish_reason": FINISH_REASONS.get(reason, reason)}
+        return {"index": index, **content, "logprobs": logprobs, "finish_reason": FINISH_REASONS.get(reason, reason)}
+
+    def _logprobs(self, choices, offset: int = 0) -> dict | None:
+        """OpenAI's logprobs of some tokens (TokenChoices, or None when not asked): chat's `content` list, or the
+        completions API's lists (`text_offset` counts from `offset`, the characters of text before them)."""
+        if choices is None:
+            return None
+        text = {i: self.tokenizer.token_bytes(i).decode("utf-8", "replace")
+                for c in choices for i in [c.token_id] + [i for i, _ in c.top_logprobs]}
+        if self.chat:
+            def entry(i, logprob):
+                return {"token": text[i], "logprob": logprob, "bytes": list(self.tokenizer.token_bytes(i))}
+            return {"content": [{**entry(c.token_id, c.logprob), "top_logprobs": [entry(*t) for t in c.top_logprobs]}
+                                for c in choices]}
+        tokens = [text[c.token_id] for c in choices]
+        return {"tokens": tokens, "token_logprobs": [c.logprob for c in choices],
+                "top_logprobs": [{text[i]: logprob for i, logprob in c.top_logprobs} for c in choices],
+                "text_offset": list(itertools.accumulate(map(len, tokens), initial=offset))[:-1]}
 
     def _usage(self, finals) -> dict:
         """Prompt tokens count once per prompt (not per sample); completion tokens as model.generate counts them."""
@@ -357,7 +382,7 @@ def make_submission(server: Server, body: dict, chat: bool) -> Submission:
         raise RequestError(f"model {body['model']!r} is not served here: this server serves {server.model_name!r}",
                            "model", 404)
     prompts = chat_prompt(server, body.get("messages")) if chat else completion_prompts(model, body.get("prompt"))
-    params = sampling_params(model, body)
+    params = sampling_params(model, body, chat)
     if params.n > max_seqs:  # the samples of a request must be able to run at once
         raise RequestError(f"n={params.n} is more samples than the engine runs at once ({max_seqs}): lower n, or "
                            "serve with a larger --max-num-seqs", "n")
@@ -366,10 +391,10 @@ def make_submission(server: Server, body: dict, chat: bool) -> Submission:
                        for i, ids in enumerate(prompts)])
 
 
-def sampling_params(model, body: dict) -> SamplingParams:
+def sampling_params(model, body: dict, chat: bool) -> SamplingParams:
     """The request's SamplingParams: the fields it gives over the model's generation_config.json defaults.
     Every field is checked alone first, so an error names the field (`param`) it came from."""
-    overrides, newer = {}, body.get("max_completion_tokens") is not None
+    fields, newer = {}, body.get("max_completion_tokens") is not None  # SamplingParams field -> (value, request field)
     for name, value in body.items():
         if value is None or name in OTHER_FIELDS or (name == "max_tokens" and newer):
             continue  # null means "not given", as in the OpenAI API
@@ -378,12 +403,29 @@ def sampling_params(model, body: dict) -> SamplingParams:
         if name not in SAMPLING_FIELDS:
             raise RequestError(f"{name}={value!r} is not supported: "
                                f"{UNSUPPORTED.get(name, 'this server does not know it')}: leave it out", name)
+        fields[SAMPLING_FIELDS[name]] = (value, name)
+    if (logprobs := logprobs_wanted(body, chat)) is not None:
+        fields["logprobs"] = (logprobs, "top_logprobs" if chat else "logprobs")
+    for field_name, (value, name) in fields.items():
         try:
-            SamplingParams(**{SAMPLING_FIELDS[name]: value})
+            SamplingParams(**{field_name: value})
         except TinyInferError as e:
             raise RequestError(str(e), name) from None
-        overrides[SAMPLING_FIELDS[name]] = value
-    return resolve_params(model, None, overrides)
+    return resolve_params(model, None, {field_name: value for field_name, (value, _) in fields.items()})
+
+
+def logprobs_wanted(body: dict, chat: bool):
+    """SamplingParams.logprobs: the completions API gives the number of alternatives (`logprobs`: 2), the chat
+    API asks with `logprobs`: true and gives the number in `top_logprobs` (default 0)."""
+    if not chat:
+        return body.get("logprobs")
+    wanted, top = body.get("logprobs") or False, body.get("top_logprobs")
+    if not isinstance(wanted, bool):
+        raise RequestError(f"logprobs={wanted!r} is invalid: in chat it is true or false (top_logprobs says how "
+                           "many alternatives)", "logprobs")
+    if top is not None and not wanted:
+        raise RequestError("top_logprobs needs logprobs: true: set it, or leave top_logprobs out", "top_logprobs")
+    return (0 if top is None else top) if wanted else None
 
 
 def fit_max_tokens(model, prompt_ids: list[int], params: SamplingParams, given: bool) -> SamplingParams:
