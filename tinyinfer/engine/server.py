@@ -4,7 +4,8 @@
     curl localhost:8000/v1/completions -d '{"prompt": "ROMEO:", "max_tokens": 30, "temperature": 0}'
 
 Endpoints: GET /v1/models, GET /health, POST /v1/completions, POST /v1/chat/completions, with the request
-fields and response shapes of the OpenAI API, so any OpenAI client can talk to it. Standard library only.
+fields and response shapes of the OpenAI API (translated in tinyinfer/engine/openai_api.py), so any OpenAI
+client can talk to it. Standard library only: http.server, threading, queue, json.
 
 **One engine thread.** The LLM (tinyinfer/engine/llm.py) is not thread-safe, and it does not need to be:
 exactly one thread, the engine thread, ever touches it. Each HTTP request gets its own handler thread
@@ -32,44 +33,20 @@ is answered 500, and the engine thread carries on with the other requests.
 
 from __future__ import annotations
 
-import dataclasses
-import itertools
 import json
 import queue
 import select
 import socket
 import threading
 import time
-import uuid
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from tinyinfer.engine.openai_api import Reply, RequestError, engine_requests, read_json, stream_options
 from tinyinfer.errors import TinyInferError
-from tinyinfer.generation import check_fits, encode_prompt, resolve_params
 from tinyinfer.sampling import SamplingParams
 
-# request field -> SamplingParams field: OpenAI's names, then tinyinfer's (and vLLM's) extras
-SAMPLING_FIELDS = {name: name for name in (
-    "max_tokens", "temperature", "top_p", "n", "stop", "seed", "presence_penalty", "frequency_penalty",
-    "logit_bias", "top_k", "min_p", "repetition_penalty", "stop_token_ids", "ignore_eos")}
-SAMPLING_FIELDS["max_completion_tokens"] = "max_tokens"  # the chat API's newer name; it wins over max_tokens
-OTHER_FIELDS = {"prompt", "messages", "model", "stream", "stream_options", "logprobs", "top_logprobs",  # read apart
-                "user", "metadata", "store", "service_tier", "parallel_tool_calls"}  # no effect on the output
-NO_OP_VALUES = {"echo": False, "best_of": 1, "suffix": "", "tools": [], "tool_choice": "none",
-                "response_format": {"type": "text"}}  # accepted at these values only
-TOOLS = "this server makes no tool calls"
-UNSUPPORTED = {"tools": TOOLS, "tool_choice": TOOLS,  # fields that would change the output, and why they are refused
-               "response_format": "the serving engine has no structured output yet (generate --json-schema has)"}
-FINISH_REASONS = {"eos": "stop", "stop": "stop", "length": "length"}  # the engine's reasons -> OpenAI's
 POLL_S = 0.25  # how often a waiting handler checks that its client is still connected
-
-
-class RequestError(TinyInferError):
-    """Bad input, with the HTTP status and the request field (`param`) to report."""
-
-    def __init__(self, message: str, param: str | None = None, status: int = 400):
-        super().__init__(message)
-        self.param, self.status = param, status
 
 
 class ClientGone(Exception):
@@ -221,7 +198,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def _generate(self, chat: bool) -> None:
         body = read_json(self.rfile, self.headers.get("Content-Length"))
-        submission, (stream, include_usage) = make_submission(self.server, body, chat), stream_options(body)
+        submission, (stream, include_usage) = Submission(engine_requests(self.server, body, chat)), stream_options(body)
         self.server.engine.submit(submission)
         try:
             events = self._events(submission)
@@ -288,200 +265,3 @@ class Handler(BaseHTTPRequestHandler):
                 self._send_json(status, error)
         except ConnectionError:
             self.close_connection = True
-
-
-class Reply:
-    """The OpenAI response bodies of one submission, whole or as stream chunks, built from its outputs."""
-
-    def __init__(self, chat: bool, model_name: str, submission: Submission, tokenizer):
-        self.chat, self.prompts, self.tokenizer = chat, [ids for _, ids, _ in submission.requests], tokenizer
-        self.index = {key: i for i, key in enumerate(submission.keys())}  # (request id, sample) -> choice index
-        kind = ("chatcmpl", "chat.completion") if chat else ("cmpl", "text_completion")
-        self.head = {"id": f"{kind[0]}-{uuid.uuid4().hex}", "object": kind[1], "created": int(time.time()),
-                     "model": model_name}
-
-    def whole(self, outputs) -> dict:
-        final = {(out.request_id, out.index): out for out in outputs if out.finished}
-        choices = [self._choice(i, final[key].text, final[key].finish_reason, self._logprobs(final[key].logprobs))
-                   for key, i in self.index.items()]
-        return {**self.head, "choices": choices, "usage": self._usage(final.values())}
-
-    def chunks(self, outputs, include_usage: bool):
-        """Each output's new text as a chunk; a chat stream first says each choice's role."""
-        head = {**self.head, "object": "chat.completion.chunk" if self.chat else "text_completion"}
-        usage = {"usage": None} if include_usage else {}
-        for i in self.index.values() if self.chat else []:
-            yield {**head, "choices": [{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
-                                        "finish_reason": None}], **usage}
-        sent = dict.fromkeys(self.index, (0, 0))  # per choice: characters of text, and logprobs, sent so far
-        final = []
-        for out in outputs:
-            key = (out.request_id, out.index)
-            chars, tokens = sent[key]
-            if out.text[chars:] or out.finished:  # logprobs ride along with text (the engine may hold text back)
-                logprobs = self._logprobs(None if out.logprobs is None else out.logprobs[tokens:], offset=chars)
-                choice = self._choice(self.index[key], out.text[chars:], out.finish_reason, logprobs, delta=True)
-                yield {**head, "choices": [choice], **usage}
-                sent[key] = (len(out.text), len(out.logprobs or ()))
-            if out.finished:
-                final.append(out)
-        if include_usage:
-            yield {**head, "choices": [], "usage": self._usage(final)}
-
-    def _choice(self, index: int, text: str, reason: str | None, logprobs: dict | None, delta: bool = False) -> dict:
-        if not self.chat:
-            content = {"text": text}
-        elif delta:
-            content = {"delta": {"content": text} if text else {}}
-        else:
-            content = {"message": {"role": "assistant", "content": text}}
-        return {"index": index, **content, "logprobs": logprobs, "finish_reason": FINISH_REASONS.get(reason, reason)}
-
-    def _logprobs(self, choices, offset: int = 0) -> dict | None:
-        """OpenAI's logprobs of some tokens (TokenChoices, or None when not asked): chat's `content` list, or the
-        completions API's lists (`text_offset` counts from `offset`, the characters of text before them)."""
-        if choices is None:
-            return None
-        text = {i: self.tokenizer.token_bytes(i).decode("utf-8", "replace")
-                for c in choices for i in [c.token_id] + [i for i, _ in c.top_logprobs]}
-        if self.chat:
-            def entry(i, logprob):
-                return {"token": text[i], "logprob": logprob, "bytes": list(self.tokenizer.token_bytes(i))}
-            return {"content": [{**entry(c.token_id, c.logprob), "top_logprobs": [entry(*t) for t in c.top_logprobs]}
-                                for c in choices]}
-        tokens = [text[c.token_id] for c in choices]
-        return {"tokens": tokens, "token_logprobs": [c.logprob for c in choices],
-                "top_logprobs": [{text[i]: logprob for i, logprob in c.top_logprobs} for c in choices],
-                "text_offset": list(itertools.accumulate(map(len, tokens), initial=offset))[:-1]}
-
-    def _usage(self, finals) -> dict:
-        """Prompt tokens count once per prompt (not per sample); completion tokens as model.generate counts them."""
-        prompt, completion = sum(map(len, self.prompts)), sum(len(out.token_ids) for out in finals)
-        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
-
-
-# -- checking a request ------------------------------------------------------------------------------------------
-
-
-def read_json(stream, length) -> dict:
-    """The request body: a JSON object."""
-    try:
-        body = json.loads(stream.read(int(length or 0)) or b"null")
-    except (ValueError, UnicodeDecodeError) as e:  # JSONDecodeError is a ValueError, so is a bad length
-        raise RequestError(f"the request body is not valid JSON ({e}): send a JSON object") from None
-    if not isinstance(body, dict):
-        raise RequestError(f"the request body is a JSON {type(body).__name__}, not an object: send "
-                           '{"prompt": ..., "max_tokens": ...}')
-    return body
-
-
-def make_submission(server: Server, body: dict, chat: bool) -> Submission:
-    """The engine's work for a request body: each prompt's token ids with its SamplingParams."""
-    model, max_seqs = server.model, server.engine.llm.scheduler.config.max_num_seqs
-    if body.get("model") not in (None, server.model_name):
-        raise RequestError(f"model {body['model']!r} is not served here: this server serves {server.model_name!r}",
-                           "model", 404)
-    prompts = chat_prompt(server, body.get("messages")) if chat else completion_prompts(model, body.get("prompt"))
-    params = sampling_params(model, body, chat)
-    if params.n > max_seqs:  # the samples of a request must be able to run at once
-        raise RequestError(f"n={params.n} is more samples than the engine runs at once ({max_seqs}): lower n, or "
-                           "serve with a larger --max-num-seqs", "n")
-    given = body.get("max_tokens") is not None or body.get("max_completion_tokens") is not None
-    return Submission([(f"{uuid.uuid4().hex}-{i}", ids, fit_max_tokens(model, ids, params, given))
-                       for i, ids in enumerate(prompts)])
-
-
-def sampling_params(model, body: dict, chat: bool) -> SamplingParams:
-    """The request's SamplingParams: the fields it gives over the model's generation_config.json defaults.
-    Every field is checked alone first, so an error names the field (`param`) it came from."""
-    fields, newer = {}, body.get("max_completion_tokens") is not None  # SamplingParams field -> (value, request field)
-    for name, value in body.items():
-        if value is None or name in OTHER_FIELDS or (name == "max_tokens" and newer):
-            continue  # null means "not given", as in the OpenAI API
-        if name in NO_OP_VALUES and type(value) is type(NO_OP_VALUES[name]) and value == NO_OP_VALUES[name]:
-            continue
-        if name not in SAMPLING_FIELDS:
-            raise RequestError(f"{name}={value!r} is not supported: "
-                               f"{UNSUPPORTED.get(name, 'this server does not know it')}: leave it out", name)
-        fields[SAMPLING_FIELDS[name]] = (value, name)
-    if (logprobs := logprobs_wanted(body, chat)) is not None:
-        fields["logprobs"] = (logprobs, "top_logprobs" if chat else "logprobs")
-    for field_name, (value, name) in fields.items():
-        try:
-            SamplingParams(**{field_name: value})
-        except TinyInferError as e:
-            raise RequestError(str(e), name) from None
-    return resolve_params(model, None, {field_name: value for field_name, (value, _) in fields.items()})
-
-
-def logprobs_wanted(body: dict, chat: bool):
-    """SamplingParams.logprobs: the completions API gives the number of alternatives (`logprobs`: 2), the chat
-    API asks with `logprobs`: true and gives the number in `top_logprobs` (default 0)."""
-    if not chat:
-        return body.get("logprobs")
-    wanted, top = body.get("logprobs") or False, body.get("top_logprobs")
-    if not isinstance(wanted, bool):
-        raise RequestError(f"logprobs={wanted!r} is invalid: in chat it is true or false (top_logprobs says how "
-                           "many alternatives)", "logprobs")
-    if top is not None and not wanted:
-        raise RequestError("top_logprobs needs logprobs: true: set it, or leave top_logprobs out", "top_logprobs")
-    return (0 if top is None else top) if wanted else None
-
-
-def fit_max_tokens(model, prompt_ids: list[int], params: SamplingParams, given: bool) -> SamplingParams:
-    """The params for one prompt: without an explicit max_tokens, the default shrinks to what the context
-    window leaves (as vLLM does); then the prompt must fit."""
-    if not given:
-        room = model.config.max_seq_len - len(prompt_ids)
-        params = dataclasses.replace(params, max_tokens=max(1, min(params.max_tokens, room)))
-    check_fits(model, len(prompt_ids), params.max_tokens)
-    return params
-
-
-def stream_options(body: dict) -> tuple[bool, bool]:
-    """Whether to stream, and whether the stream ends with a usage chunk (stream_options.include_usage)."""
-    stream, options = body.get("stream") or False, body.get("stream_options") or {}
-    if not isinstance(stream, bool):
-        raise RequestError(f"stream={stream!r} is invalid: stream must be true or false", "stream")
-    if not isinstance(options, dict) or not isinstance(options.get("include_usage", False), bool):
-        raise RequestError(f"stream_options={options!r} is invalid: give {{\"include_usage\": true}} or leave it out",
-                           "stream_options")
-    return stream, options.get("include_usage", False)
-
-
-def completion_prompts(model, prompt) -> list[list[int]]:
-    """Token ids of each prompt: `prompt` is a text, a list of token ids, or a batch (a list of either)."""
-    if prompt is None:
-        raise RequestError("prompt is missing: give a text, a list of token ids, or a list of either", "prompt")
-    batch = isinstance(prompt, list) and bool(prompt) and all(isinstance(p, (str, list)) for p in prompt)
-    try:
-        return [encode_prompt(model, p) for p in (prompt if batch else [prompt])]
-    except TinyInferError as e:
-        raise RequestError(f"{e} (prompt is a text, a list of token ids, or a list of either)", "prompt") from None
-
-
-def chat_prompt(server: Server, messages) -> list[list[int]]:
-    """The conversation rendered by the model's chat template: one prompt's token ids."""
-    if server.chat_template is None:
-        raise RequestError(f"the model {server.model_name!r} has no chat template (no chat_template in its "
-                           "tokenizer_config.json): use /v1/completions, or serve a chat model", "messages")
-    if not isinstance(messages, list) or not messages:
-        raise RequestError(f"messages={messages!r:.60} is invalid: give a non-empty list of "
-                           '{"role": ..., "content": ...} objects', "messages")
-    messages = [{**m, "content": message_text(m.get("content"))} if isinstance(m, dict) else m for m in messages]
-    try:
-        text = server.chat_template.render(messages, add_generation_prompt=True)
-        return [encode_prompt(server.model, text, add_special_tokens=False)]  # the template holds its special tokens
-    except TinyInferError as e:
-        raise RequestError(str(e), "messages") from None
-
-
-def message_text(content) -> str | None:
-    """A message's content as text: a string, or OpenAI's list of parts of which only text ones are served."""
-    if content is None or isinstance(content, str):
-        return content
-    if isinstance(content, list) and all(isinstance(p, dict) and p.get("type") == "text" and
-                                         isinstance(p.get("text"), str) for p in content):
-        return "\n".join(p["text"] for p in content)
-    raise RequestError(f"message content {content!r:.60} is invalid: give a string or a list of "
-                       '{"type": "text", "text": ...} parts (this server reads text only)', "messages")
