@@ -226,6 +226,7 @@ TOO_LONG = list(range(10, 600))  # 590 token ids: more than the 512-token contex
 @pytest.mark.parametrize("path, body, status, param, words", [
     ("/v1/completions", b'{"prompt": "ROMEO:", ', 400, None, "not valid JSON"),
     ("/v1/completions", b'["ROMEO:"]', 400, None, "not an object"),
+    ("/v1/completions", b"", 400, None, "body is empty"),
     ("/v1/completions", {"prompt": "ROMEO:", "temperature": "hot"}, 400, "temperature", "not a number"),
     ("/v1/completions", {"prompt": "ROMEO:", "max_tokens": -1}, 400, "max_tokens", "integer >= 1"),
     ("/v1/completions", {"prompt": "ROMEO:", "n": True}, 400, "n", "integer >= 1"),

@@ -52,14 +52,16 @@ class RequestError(TinyInferError):
 
 
 def read_json(stream, length) -> dict:
-    """The request body: a JSON object."""
+    """The request body (`length` bytes, its Content-Length): a JSON object."""
     try:
-        body = json.loads(stream.read(int(length or 0)) or b"null")
+        size = int(length or 0)
+        body = json.loads(stream.read(size)) if size > 0 else None
     except (ValueError, UnicodeDecodeError) as e:  # JSONDecodeError is a ValueError, so is a bad length
         raise RequestError(f"the request body is not valid JSON ({e}): send a JSON object") from None
     if not isinstance(body, dict):
-        raise RequestError(f"the request body is a JSON {type(body).__name__}, not an object: send "
-                           '{"prompt": ..., "max_tokens": ...}')
+        what = "empty" if body is None else f"a JSON {type(body).__name__}"
+        raise RequestError(f"the request body is {what}, not an object: send {{\"prompt\": ..., ...}} with a "
+                           "Content-Length header")
     return body
 
 
