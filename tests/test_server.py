@@ -15,11 +15,15 @@ import urllib.error
 import urllib.request
 
 import pytest
+from conftest import shared_data
+from engine_helpers import stories  # noqa: F401 - a fixture
 
 import tinyinfer
 from tinyinfer.chat import ChatTemplate
+from tinyinfer.commands.serve import chat_template_of
 from tinyinfer.engine import LLM
 from tinyinfer.engine.server import Server
+from tinyinfer.errors import TinyInferError
 from tinyinfer.sampling import SamplingParams
 
 N_BLOCKS = 28  # 448 tokens of 16: less than the 512-token context, so a request can fit one and not the other
@@ -177,6 +181,13 @@ def test_chat_without_a_template_is_refused(server, monkeypatch):
     monkeypatch.setattr(server, "chat_template", None)
     status, body = post(server, "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]})
     assert status == 400 and "no chat template" in body["error"]["message"]
+
+
+def test_the_command_finds_a_chat_template_or_none(stories):  # noqa: F811 - the fixture
+    assert chat_template_of("shakespeare") is not None
+    assert chat_template_of(shared_data("models/stories260K/stories260K.bin")) is None  # llama2.c: no template
+    with pytest.raises(TinyInferError, match="reads and writes text"):
+        Server(LLM(stories), port=0)  # loaded without its tokenizer: token ids only, nothing to serve as text
 
 
 def test_concurrent_clients_are_batched_and_get_their_solo_outputs(server, model):
