@@ -231,6 +231,23 @@ def test_a_client_that_disconnects_mid_stream_is_aborted_and_its_blocks_freed(se
     assert llm.scheduler.allocator.num_free == N_BLOCKS  # every block back in the pool
 
 
+def test_a_client_that_leaves_before_a_whole_answer_is_aborted_too(server):
+    """Without a stream nothing is written until the end: the handler watches the socket while it waits."""
+    llm = server.engine.llm
+    wait_idle(server)
+    generated_before, total = llm.generated_tokens, 4 * 300
+    body = json.dumps({"prompt": "JULIET:", "max_tokens": 300, "n": 4, "ignore_eos": True}).encode()
+    client = socket.create_connection(server.server_address[:2])
+    client.sendall(b"POST /v1/completions HTTP/1.1\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+    deadline = time.monotonic() + 20
+    while llm.generated_tokens == generated_before and time.monotonic() < deadline:
+        time.sleep(0.005)  # until the engine runs it
+    client.close()
+    wait_idle(server)
+    assert 0 < llm.generated_tokens - generated_before < total
+    assert llm.scheduler.allocator.num_free == N_BLOCKS
+
+
 TOO_LONG = list(range(10, 600))  # 590 token ids: more than the 512-token context window
 
 

@@ -46,7 +46,7 @@ from tinyinfer.engine.openai_api import Reply, RequestError, engine_requests, re
 from tinyinfer.errors import TinyInferError
 from tinyinfer.sampling import SamplingParams
 
-POLL_S = 0.25  # how often a waiting handler checks that its client is still connected
+POLL_S = 0.25  # how long a handler waits for the engine before it checks that its client is still there
 
 
 class ClientGone(Exception):
@@ -219,8 +219,10 @@ class Handler(BaseHTTPRequestHandler):
             try:
                 event = submission.events.get(timeout=POLL_S)
             except queue.Empty:
-                if self._client_gone():
-                    raise ClientGone from None
+                event = None
+            if self._client_gone():  # on every event too: while the engine runs, the queue is never empty for long
+                raise ClientGone
+            if event is None:
                 continue
             if isinstance(event, Exception):
                 raise event
