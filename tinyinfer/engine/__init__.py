@@ -1,7 +1,8 @@
 """The serving engine: a paged KV cache with prefix caching, and a continuous-batching scheduler.
 
 Read in this order: block_manager.py (which blocks are free, shared, cached), paged_cache.py (where the
-numbers live), sequence.py (one request's state), scheduler.py (who runs each step), llm.py (the API).
+numbers live), sequence.py (one request's state), scheduler.py (who runs each step), llm.py (the API);
+then, to serve it over HTTP, openai_api.py (the OpenAI API's JSON) and server.py (threads and sockets).
 """
 
 from tinyinfer.engine.llm import LLM, EngineStats, RequestOutput
