@@ -2,7 +2,8 @@
 
 What each adds to the Llama body, and where the variants below make it matter:
 - phi3: q/k/v and gate/up fused in the file (split at load), RoPE on a leading part of each head
-  (`partial_rotary_factor`), a sliding window over every layer when `sliding_window` is set, tied or untied head;
+  (`partial_rotary_factor`), a sliding window over every layer when `sliding_window` is set, tied or untied head,
+  longrope (the 128k models) up to the length where transformers switches from its short to its long factors;
 - gemma: embeddings times sqrt(hidden_size), RMSNorm scaling by (1 + weight), a tanh-GELU gated MLP (config.json's
   "gelu" read as the tanh approximation, as transformers 5 does), head_dim independent of hidden_size / heads;
 - gemma2: four norms per layer (sublayer outputs normed before the residual add), attention scores scaled by
@@ -49,12 +50,19 @@ BASE = dict(vocab_size=make_tiny_models.VOCAB_SIZE, hidden_size=48, intermediate
 GEMMA2 = dict(num_hidden_layers=3, head_dim=16, query_pre_attn_scalar=24, attn_logit_softcapping=8.0,
               final_logit_softcapping=5.0, sliding_window=WINDOW)
 
+# Phi-3-128k's RoPE on a 32-token original context, 3 rotated pairs (head_dim 12 x 0.5)
+ORIGINAL_CONTEXT = 32
+LONGROPE = {"rope_type": "longrope", "rope_theta": 10000.0, "short_factor": [1.0, 2.1, 4.0],
+            "long_factor": [1.5, 7.0, 20.0]}
+
 # name -> (transformers config class, fields, stored dtype)
 VARIANTS = {
     "phi3": ("Phi3Config", {"tie_word_embeddings": False}, "float32"),
     "phi3_partial_rotary_window_tied": ("Phi3Config", {"partial_rotary_factor": 0.5, "sliding_window": WINDOW,
                                                        "tie_word_embeddings": True, "num_key_value_heads": 1},
                                         "float32"),
+    "phi3_longrope": ("Phi3Config", {"rope_parameters": LONGROPE, "original_max_position_embeddings": ORIGINAL_CONTEXT,
+                                     "partial_rotary_factor": 0.5}, "float32"),
     "gemma": ("GemmaConfig", {"head_dim": 16, "hidden_act": "gelu"}, "float32"),  # "gelu": the tanh GELU
     "gemma_mha_bias": ("GemmaConfig", {"head_dim": 8, "num_key_value_heads": 4, "attention_bias": True}, "float32"),
     "gemma2": ("Gemma2Config", GEMMA2, "float32"),
@@ -208,11 +216,37 @@ SIZES = {"vocab_size": 300, "hidden_size": 48, "num_hidden_layers": 2, "num_atte
          "num_key_value_heads": 2, "intermediate_size": 96}
 
 
-@pytest.mark.parametrize("kind", ["longrope", "su", "yarn"])
-def test_phi3_long_context_rope_is_refused_by_name(kind):
-    """transformers reads Phi-3's "su" and "yarn" as its "longrope" (short and long factors switched by length)."""
-    rope = {"type": kind, "short_factor": [1.0] * 6, "long_factor": [2.0] * 6, "original_max_position_embeddings": 64}
-    with pytest.raises(TinyInferError, match=f"phi3.*'{kind}'.*longrope.*not supported"):
+def test_phi3_longrope_holds_up_to_its_switch_and_refuses_beyond(checkpoint):
+    """Up to original_max_position_embeddings transformers rotates with the short factors (checked by the tests
+    above); one token more and it recomputes everything with the long ones, which tinyinfer refuses."""
+    folder = checkpoint("phi3_longrope")
+    model = tinyinfer.load(folder)
+    ids = prompt_ids(ORIGINAL_CONTEXT + 1, seed=9)
+    assert model.config.max_seq_len == ORIGINAL_CONTEXT
+    np.testing.assert_allclose(model.logits(ids[:-1]), hf_logits(folder, ids[:-1]), rtol=0, atol=LOGITS_ATOL)
+    switched = hf_logits(folder, ids)[:-1]  # the same positions, now with the long factors
+    assert np.abs(switched - hf_logits(folder, ids[:-1])).max() > 10 * LOGITS_ATOL
+    with pytest.raises(TinyInferError, match=f"beyond the context window of {ORIGINAL_CONTEXT} tokens"):
+        model.logits(ids)
+
+
+@pytest.mark.parametrize("kind", ["su", "yarn"])
+def test_phi3_old_longrope_names_read_as_longrope(kind):
+    """transformers reads Phi-3's "su" and "yarn" as "longrope" (its Phi-3 knows no other YaRN)."""
+    rope = {"type": kind, "short_factor": [1.0] * 6, "long_factor": [2.0] * 6}
+    config = config_from_hf({"model_type": "phi3", **SIZES, "rope_scaling": rope, "max_position_embeddings": 4096,
+                             "original_max_position_embeddings": 64})
+    assert (config.rope_scaling["rope_type"], config.max_seq_len) == ("longrope", 64)
+    assert config.rope_scaling["attention_factor"] == (1 + np.log(4096 / 64) / np.log(64)) ** 0.5
+
+
+@pytest.mark.parametrize("rope, message", [
+    ({"type": "linear", "factor": 2.0}, "rope scaling type 'linear' is not supported; Phi-3 models use default"),
+    ({"type": "longrope", "short_factor": [1.0] * 5, "long_factor": [2.0] * 6}, "short_factor, a list of 6 numbers"),
+    ({"type": "longrope", "short_factor": [1.0] * 6}, "long_factor, a list of 6 numbers"),
+])
+def test_phi3_rope_it_cannot_honour_is_refused_by_name(rope, message):
+    with pytest.raises(TinyInferError, match=message):
         config_from_hf({"model_type": "phi3", **SIZES, "rope_scaling": rope})
 
 

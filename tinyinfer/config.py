@@ -19,11 +19,11 @@ class default (`HF_DEFAULTS`), and fields the architecture ignores stay ignored 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tinyinfer.errors import TinyInferError, is_integer_at_least
-from tinyinfer.rope import rope_attention_factor
 
 
 @dataclass
@@ -43,7 +43,7 @@ class Config:
     mlp: str = "swiglu"  # "swiglu" (gate, up, down) | "gelu_mlp" (up, down: GPT-2)
     position: str = "rope"  # "rope" | "learned" (GPT-2's position table)
     rope_theta: float = 10000.0
-    rope_scaling: dict | None = None  # {"rope_type": "linear"|"llama3"|"yarn", ...} or None
+    rope_scaling: dict | None = None  # {"rope_type": "linear"|"llama3"|"yarn"|"longrope" (Phi-3), ...} or None
     partial_rotary_factor: float = 1.0  # Phi-3: RoPE rotates only the first int(head_dim * factor) coordinates
     qkv_bias: bool = False
     o_bias: bool = False
@@ -99,12 +99,9 @@ class Config:
 
     def attention_scale(self, layer: int) -> float:
         """The factor on layer `layer`'s q.k scores: 1/sqrt(head_dim), unless a GPT-2 config says otherwise
-        (or Gemma 2's query_pre_attn_scalar replaces head_dim).
-
-        YaRN RoPE multiplies the rotated q and k each by its attention factor (transformers scales cos and
-        sin), so every score by the factor's square: applied here, once, to the scores."""
+        (or Gemma 2's query_pre_attn_scalar replaces head_dim). YaRN's and longrope's attention factor is not
+        here: it scales the rotated coordinates of q and k only, through cos and sin (tinyinfer/rope.py)."""
         scale = (self.query_pre_attn_scalar or self.head_dim) ** -0.5 if self.attn_scale_weights else 1.0
-        scale *= rope_attention_factor(self.rope_scaling) ** 2
         return scale / (layer + 1) if self.attn_scale_inverse_layer else scale
 
     def attention_softcap(self, layer: int) -> float | None:
@@ -353,17 +350,42 @@ def _phi3(c: dict) -> dict:
     """Phi-3: a Llama with q/k/v and gate/up fused in the file (split at load, tinyinfer/weights.py), RoPE on
     the first `partial_rotary_factor` of each head, and a window over every layer when `sliding_window` is set.
 
-    transformers reads only default RoPE or "longrope" for Phi-3 (the 128k-context models; "su" and "yarn" are
-    its old names), which switches between two sets of frequencies by sequence length: not implemented here.
+    The long-context models (Phi-3-128k, Phi-3.5, Phi-4-mini) use "longrope" ("su" and "yarn" are its old names
+    for Phi-3): transformers rotates with `short_factor`-stretched frequencies while a sequence fits in
+    `original_max_position_embeddings`, and past that recomputes everything with `long_factor` (both times an
+    attention factor). tinyinfer implements the first regime only, so the context window of such a model is
+    `original_max_position_embeddings` (4096 for Phi-3-mini-128k): longer sequences are refused.
     """
     params = c.get("rope_scaling") or c.get("rope_parameters") or {}
-    kind = params.get("rope_type", params.get("type", "default")) if isinstance(params, dict) else "default"
+    params = params if isinstance(params, dict) else {}
+    kind = params.get("rope_type", params.get("type", "default"))
+    if kind not in ("default", "longrope", "su", "yarn"):  # what transformers' Phi3Config accepts
+        raise TinyInferError(f"config.json (phi3): rope scaling type {kind!r} is not supported; Phi-3 models use "
+                             "default RoPE or longrope")
+    plain_rope = {key: value for key, value in params.items() if key not in ("type", "rope_type")}
+    fields = _llama_family({**c, "rope_scaling": None, "rope_parameters": plain_rope})  # (theta, no scaling)
+    fields["partial_rotary_factor"] = params.get("partial_rotary_factor") or c.get("partial_rotary_factor") or 1.0
     if kind != "default":
-        name = "longrope" if kind in ("su", "yarn") else kind
-        raise TinyInferError(f"config.json (phi3): rope scaling type {kind!r} ({name}, the long-context Phi-3 models) "
-                             "is not supported; only default RoPE is (use a 4k-context Phi-3 checkpoint)")
-    factor = params.get("partial_rotary_factor") or c.get("partial_rotary_factor") or 1.0
-    return dict(_llama_family(c), partial_rotary_factor=factor)
+        n_pairs = (Config(model_type="phi3", **fields).rotary_dim + 1) // 2  # frequencies (as inv_frequencies)
+        fields |= _phi3_longrope(c, params, n_pairs)
+    return fields
+
+
+def _phi3_longrope(c: dict, params: dict, n_pairs: int) -> dict:
+    """The short-sequence regime of longrope: `short_factor` (one per rotated pair) divides the frequencies,
+    and q and k are scaled by the attention factor, sqrt(1 + ln(stretch) / ln(original length)), where the
+    stretch is `factor` or max_position_embeddings / original_max_position_embeddings (as transformers does)."""
+    original = c["original_max_position_embeddings"]
+    for key in ("short_factor", "long_factor"):
+        if not isinstance(params.get(key), list) or len(params[key]) != n_pairs:
+            raise TinyInferError(f"config.json (phi3): longrope needs {key}, a list of {n_pairs} numbers (one per "
+                                 f"rotated pair of a head); it has {params.get(key)!r}")
+    stretch = params.get("factor") or c["max_position_embeddings"] / original
+    attention_factor = params.get("attention_factor")
+    if attention_factor is None:
+        attention_factor = 1.0 if stretch <= 1 else math.sqrt(1 + math.log(stretch) / math.log(original))
+    scaling = {"rope_type": "longrope", "short_factor": params["short_factor"], "attention_factor": attention_factor}
+    return {"rope_scaling": scaling, "max_seq_len": min(c["max_position_embeddings"], original)}
 
 
 def _gemma_base(c: dict, activation: str, other: str) -> dict:
@@ -429,7 +451,7 @@ HF_DEFAULTS = {
     "olmoe": dict(_LLAMA_LIKE, max_position_embeddings=4096, rms_norm_eps=1e-5, attention_bias=False,
                   norm_topk_prob=False, clip_qkv=None),
     "phi3": dict(_LLAMA_LIKE, max_position_embeddings=4096, rms_norm_eps=1e-5, num_key_value_heads=None,
-                 sliding_window=None),
+                 sliding_window=None, original_max_position_embeddings=4096),
     "gemma": dict(_GEMMA_LIKE, hidden_act="gelu_pytorch_tanh", num_key_value_heads=16),
     "gemma2": dict(_GEMMA_LIKE, hidden_activation="gelu_pytorch_tanh", num_key_value_heads=4,
                    query_pre_attn_scalar=256, sliding_window=4096, layer_types=None, final_logit_softcapping=30.0,

@@ -31,7 +31,7 @@ from tinyinfer.kv_cache import ContiguousKVCache
 from tinyinfer.mlp import gelu_mlp, linear, swiglu
 from tinyinfer.moe import moe_feed_forward
 from tinyinfer.norms import apply_norm, rms_norm
-from tinyinfer.rope import apply_partial_rope, inv_frequencies, rope_angles
+from tinyinfer.rope import apply_partial_rope, inv_frequencies, rope_angles, rope_attention_factor
 from tinyinfer.weights import arrange_for_matvec
 
 
@@ -73,6 +73,7 @@ class Model:
         self.params = map_arrays(arrange_for_matvec(params, config.tie_word_embeddings), lambda a: to_device(a, device))
         self.generation_config = generation_config or {}
         self.inv_freq = inv_frequencies(config.rotary_dim, config.rope_theta, config.rope_scaling)
+        self.rope_factor = rope_attention_factor(config.rope_scaling)  # YaRN, longrope: q and k scaled (via cos, sin)
         self.expert_load = None  # filled by Mixture-of-Experts layers when routing statistics are asked for
         self.quantization = None  # the Scheme its weights were quantised with (tinyinfer/quantize.py), if any
         self.adapters = None  # the LoRA adapters loaded on its weights (tinyinfer/lora.py), if any
@@ -181,7 +182,7 @@ class Model:
         return AttentionPlan(first_rows, decode_groups, looped)
 
     def _rope(self, positions: np.ndarray):
-        cos, sin = rope_angles(positions, self.inv_freq, self.dtype)  # 2 x [T, hd/2]
+        cos, sin = rope_angles(positions, self.inv_freq, self.dtype, self.rope_factor)  # 2 x [T, hd/2]
         return to_device(cos, self.device), to_device(sin, self.device)
 
     def _check_ids(self, ids: np.ndarray, positions: np.ndarray) -> None:

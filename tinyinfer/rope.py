@@ -9,7 +9,8 @@ rest through unrotated: `apply_partial_rope`, with frequencies computed for the 
 
 Scaled variants stretch the frequencies so a model reaches past its training length:
 `linear` divides every frequency by `factor`; `llama3` divides only the low frequencies and blends between;
-`yarn` does the same with a ramp over pair indices, and also scales q and k (`rope_attention_factor`).
+`yarn` does the same with a ramp over pair indices, and also scales q and k (`rope_attention_factor`);
+`longrope` (Phi-3) divides each pair's frequency by its own factor from the file, and scales q and k too.
 
 Everything is computed in float32, the way transformers computes it and so the way every checkpoint was
 trained: float64 angles would be "more exact" but drift from the model's own by ~position x 2^-24 radians,
@@ -37,6 +38,8 @@ def inv_frequencies(head_dim: int, theta: float, scaling: dict | None = None) ->
         return inv_freq / scaling["factor"]
     if scaling["rope_type"] == "yarn":
         return _yarn_scaled(inv_freq, periods, scaling, head_dim, theta)
+    if scaling["rope_type"] == "longrope":  # the factors of sequences within the original context
+        return np.float32(1.0) / (np.asarray(scaling["short_factor"], dtype=np.float32) * periods)
     return _llama3_scaled(inv_freq, scaling)
 
 
@@ -70,12 +73,15 @@ def _yarn_scaled(inv_freq: np.ndarray, periods: np.ndarray, s: dict, head_dim: i
 
 
 def rope_attention_factor(scaling: dict | None) -> float:
-    """How much YaRN scales the rotated q and k (1.0 for every other kind): the file's `attention_factor`, or
-    0.1 ln(factor) + 1, or DeepSeek's ratio of two such terms when `mscale` and `mscale_all_dim` are given.
+    """How much YaRN scales the rotated q and k (1.0 for every other kind but longrope, whose factor the config
+    reader worked out): the file's `attention_factor`, or 0.1 ln(factor) + 1, or DeepSeek's ratio of two such
+    terms when `mscale` and `mscale_all_dim` are given.
 
     >>> round(rope_attention_factor({"rope_type": "yarn", "factor": 4.0}), 4)
     1.1386
     """
+    if scaling is not None and scaling["rope_type"] == "longrope":
+        return scaling["attention_factor"]
     if scaling is None or scaling["rope_type"] != "yarn":
         return 1.0
     if scaling.get("attention_factor") is not None:
@@ -90,10 +96,16 @@ def rope_attention_factor(scaling: dict | None) -> float:
     return mscale(factor)
 
 
-def rope_angles(positions: np.ndarray, inv_freq: np.ndarray, dtype=np.float32) -> tuple[np.ndarray, np.ndarray]:
-    """cos and sin of every (position, pair) angle.  [T], [hd/2] -> 2 x [T, hd/2]"""
+def rope_angles(positions: np.ndarray, inv_freq: np.ndarray, dtype=np.float32,
+                attention_factor: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """cos and sin of every (position, pair) angle, times `attention_factor` (YaRN, longrope): scaling them
+    scales what `apply_rope` rotates, so q.k grows by its square, as in transformers; with partial RoPE only
+    the rotated coordinates are scaled.  [T], [hd/2] -> 2 x [T, hd/2]"""
     angles = positions.astype(np.float32)[:, None] * inv_freq[None, :]  # [T, 1] * [1, hd/2] -> [T, hd/2]
-    return np.cos(angles).astype(dtype), np.sin(angles).astype(dtype)
+    cos, sin = np.cos(angles), np.sin(angles)
+    if attention_factor != 1.0:
+        cos, sin = cos * attention_factor, sin * attention_factor
+    return cos.astype(dtype), sin.astype(dtype)
 
 
 def apply_rope(x, cos, sin):
