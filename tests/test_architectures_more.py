@@ -26,8 +26,10 @@ import json
 
 import numpy as np
 import pytest
+import tokenizers
 import torch
 import transformers
+from conftest import shared_data
 from tiny_models import hf_greedy, hf_logits, make_tiny_models, prompt_ids
 
 import tinyinfer
@@ -73,9 +75,8 @@ VARIANTS = {
 }
 
 
-def build(name: str, folder):
-    """VARIANTS[name] written by transformers itself, every parameter re-randomised."""
-    config_class, fields, dtype = VARIANTS[name]
+def build(folder, config_class: str, fields: dict, dtype: str = "float32"):
+    """A checkpoint written by transformers itself (BASE + `fields`), every parameter re-randomised."""
     config = getattr(transformers, config_class)(**{**BASE, **fields})
     model = transformers.AutoModelForCausalLM.from_config(config)
     make_tiny_models.randomise_(model, seed=0)  # norm weights ~ U(0.5, 1.5)
@@ -97,7 +98,7 @@ def checkpoint(tmp_path_factory):
 
     def get(name: str):
         if name not in built:
-            built[name] = build(name, root / name)
+            built[name] = build(root / name, *VARIANTS[name])
         return built[name]
 
     return get
@@ -280,3 +281,16 @@ def test_real_config_files_read(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({**SIZES, "model_type": "gemma2", "head_dim": 256}))
     theirs = transformers.AutoConfig.from_pretrained(tmp_path)
     assert gemma2.layer_types == theirs.layer_types
+
+
+def test_phi3_with_the_real_phi3_mini_tokenizer(tmp_path):
+    """A text prompt end to end: Phi-3-mini's tokenizer (32,011 ids) over a tiny Phi-3 of the real vocabulary size
+    (32,064: the output layer has padding rows), greedy tokens equal to transformers' generate on the same ids."""
+    tokenizer = shared_data("tokenizers/phi-3-mini/tokenizer.json")
+    folder = build(tmp_path / "phi3", "Phi3Config", {"vocab_size": 32064, "sliding_window": WINDOW})
+    model = tinyinfer.load(folder, tokenizer=tokenizer)
+    text = "The capital of France is"
+    ids = model.tokenizer.encode(text)
+    assert ids == tokenizers.Tokenizer.from_file(str(tokenizer)).encode(text).ids
+    result = model.generate(text, max_tokens=16, temperature=0.0, ignore_eos=True)
+    assert list(result.token_ids) == hf_greedy(folder, ids, 16)
