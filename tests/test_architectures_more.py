@@ -38,6 +38,7 @@ from tinyinfer.config import config_from_hf
 from tinyinfer.engine import LLM
 from tinyinfer.errors import TinyInferError
 from tinyinfer.flash_attention import tiled_attention
+from tinyinfer.memory import param_count
 from tinyinfer.model import Model, SeqChunk, map_arrays
 from tinyinfer.sampling import SamplingParams
 
@@ -199,6 +200,13 @@ def test_gemma2_post_norms_are_read_under_their_own_names(checkpoint):
     mistaken = Model(model.config, dict(model.params, layers=swapped))
     ids = prompt_ids(24)
     assert np.abs(mistaken.logits(ids) - hf_logits(folder, ids)).max() > 10 * LOGITS_ATOL
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_memory_arithmetic_counts_every_parameter(name, checkpoint):
+    """`tinyinfer memory` counts from the config alone: Gemma 2's extra norms, Phi-3's fused matrices included."""
+    model = tinyinfer.load(checkpoint(name))
+    assert param_count(model.config) == model.n_params
 
 
 def test_config_fields_are_read_as_transformers_reads_them(checkpoint):
