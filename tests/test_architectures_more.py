@@ -190,14 +190,20 @@ def test_each_switch_matters(name, change, checkpoint):
     assert np.abs(mistaken.logits(ids) - hf_logits(folder, ids)).max() > 10 * LOGITS_ATOL
 
 
-def test_gemma2_post_norms_are_read_under_their_own_names(checkpoint):
-    """Gemma 2's post_attention_layernorm normalises the attention's output (Llama's feeds the MLP): swapped with
-    pre_feedforward_layernorm, the logits move far."""
-    folder = checkpoint("gemma2")
+# A loader mistake each file layout invites, reproduced on the loaded parameters of one layer dict
+SWAPS = {
+    # Gemma 2's post_attention_layernorm normalises the attention's output (Llama's feeds the MLP)
+    "gemma2": lambda layer: dict(layer, post_attn_norm=layer["mlp_norm"], mlp_norm=layer["post_attn_norm"]),
+    # Phi-3's gate_up_proj holds the gate first, then up
+    "phi3": lambda layer: dict(layer, mlp=dict(layer["mlp"], gate=layer["mlp"]["up"], up=layer["mlp"]["gate"])),
+}
+
+
+@pytest.mark.parametrize("name", SWAPS)
+def test_tensors_read_under_the_wrong_names_move_the_logits_far(name, checkpoint):
+    folder = checkpoint(name)
     model = tinyinfer.load(folder)
-    swapped = [dict(layer, post_attn_norm=layer["mlp_norm"], mlp_norm=layer["post_attn_norm"])
-               for layer in model.params["layers"]]
-    mistaken = Model(model.config, dict(model.params, layers=swapped))
+    mistaken = Model(model.config, dict(model.params, layers=[SWAPS[name](layer) for layer in model.params["layers"]]))
     ids = prompt_ids(24)
     assert np.abs(mistaken.logits(ids) - hf_logits(folder, ids)).max() > 10 * LOGITS_ATOL
 
