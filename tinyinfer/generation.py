@@ -277,7 +277,7 @@ def generate(model, prompt, params: SamplingParams | None = None, *, stream: boo
         check_draft(model, draft, constraint, len(prompt_ids) + params.max_tokens)
         if not is_integer_at_least(num_speculative_tokens):
             raise TinyInferError(f"num_speculative_tokens={num_speculative_tokens!r} (--speculate) is invalid: give an integer >= 1")
-    make_constraint = _constraint_factory(constraint, params.n)
+    make_constraint = constraint_maker(constraint, params.n)
     streams = [
         GenerationStream(model, prompt_ids, Sampler(params, prompt_ids, make_constraint(), rng, model.vocab_limit),
                          draft, num_speculative_tokens, lora)
@@ -291,7 +291,9 @@ def generate(model, prompt, params: SamplingParams | None = None, *, stream: boo
     return outputs[0] if params.n == 1 else outputs
 
 
-def _constraint_factory(constraint, n: int):
+def constraint_maker(constraint, n: int):
+    """A function giving each of a request's n samples its constraint (generate's and the engine's `constraint`):
+    None, an object (n = 1 only: a grammar state belongs to one sample), or a function making a fresh one."""
     if constraint is None:
         return lambda: None
     if callable(constraint):  # a function making a fresh constraint per sample (or None for none)

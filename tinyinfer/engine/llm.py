@@ -13,6 +13,11 @@ Online (streaming), the caller owns the loop:
             print(out.request_id, out.new_token_ids)
     llm.abort(rid)                   # frees the request's blocks at once
 
+Structured output: `constraint=` (tinyinfer/constrain/) as in `model.generate`, an object or a function making a
+fresh one per sample; `generate` takes one for all prompts or a list, one each. Each sequence's Sampler holds
+its own grammar state and masks its own row of logits. A preempted sequence keeps its sampler, so its grammar
+state has already read exactly the tokens it is recomputed from: it is neither reset nor advanced again.
+
 Each step: the scheduler picks the sequences and their chunks; `Model.forward` runs them all at once on
 the paged cache (the same function that generates for one prompt); each sequence whose chunk reached its
 last token samples its next token with its own Sampler (own seeded generator), so its output does not
@@ -30,7 +35,7 @@ from tinyinfer.engine.paged_cache import PagedKVCache
 from tinyinfer.engine.scheduler import Scheduler, SchedulerConfig
 from tinyinfer.engine.sequence import RequestMetrics, Sequence, Status
 from tinyinfer.errors import TinyInferError, is_integer_at_least
-from tinyinfer.generation import check_fits, encode_prompt, resolve_params, stop_ids
+from tinyinfer.generation import check_fits, constraint_maker, encode_prompt, resolve_params, stop_ids
 from tinyinfer.lora import check_adapter
 from tinyinfer.sampling import Sampler, SamplingParams, TokenChoice, sequence_rngs
 from tinyinfer.stopping import StopMatcher
@@ -122,9 +127,10 @@ class LLM:
     # -- streaming API --------------------------------------------------------------------------------------
 
     def add_request(self, prompt, params: SamplingParams | None = None, request_id: str | None = None,
-                    arrival: float | None = None, lora: str | None = None, **overrides) -> str:
+                    arrival: float | None = None, lora: str | None = None, constraint=None, **overrides) -> str:
         """Queue a request (text or token ids); returns its id. Bad input raises here and queues nothing.
         `lora`: the name of a LoRA adapter loaded on the model (tinyinfer/lora.py) for this request.
+        `constraint`: structured output, as in `model.generate` (with n > 1, a function making a fresh one).
 
         With n > 1 the request runs as n sequences; sample i draws from generator i of the request's seed,
         exactly as `model.generate` does, so each equals its solo run. `arrival` (a time.perf_counter value)
@@ -137,6 +143,10 @@ class LLM:
         check_adapter(self.model, lora)
         if params.stop and self.model.tokenizer is None:
             raise TinyInferError("stop strings need the model's tokenizer to read the text: use stop_token_ids instead")
+        make_constraint = constraint_maker(constraint, params.n)
+        if constraint is not None and params.ignore_eos:  # past its EOS a grammar allows nothing: the step would fail
+            raise TinyInferError("ignore_eos with a constraint: a constrained output ends at EOS once its grammar is "
+                                 "complete, so nothing can follow it: drop ignore_eos")
         request_id = self._free_request_id() if request_id is None else str(request_id)
         if request_id in self.requests:
             raise TinyInferError(f"request id {request_id!r} is already in use: give each request its own id")
@@ -144,7 +154,7 @@ class LLM:
                                     or not math.isfinite(arrival)):
             raise TinyInferError(f"arrival={arrival!r}: give a time.perf_counter() value, or None for now")
         arrival = time.perf_counter() if arrival is None else arrival
-        samples = [self._new_sequence(request_id, i, prompt_ids, params, rng, arrival, lora)
+        samples = [self._new_sequence(request_id, i, prompt_ids, params, rng, arrival, lora, make_constraint())
                    for i, rng in enumerate(sequence_rngs(params.seed, params.n))]
         self.requests[request_id] = samples
         for seq in samples:
@@ -183,22 +193,24 @@ class LLM:
     # -- offline API ------------------------------------------------------------------------------------------
 
     def generate(self, prompts, sampling_params: SamplingParams | list[SamplingParams] | None = None,
-                 lora: str | list[str | None] | None = None, **overrides) -> list:
+                 lora: str | list[str | None] | None = None, constraint=None, **overrides) -> list:
         """Run a batch of prompts to completion. One result per prompt, in order: a RequestOutput, or with
-        n > 1 a list of n (as `model.generate` returns them). `lora`: one adapter name for all, or one each."""
+        n > 1 a list of n (as `model.generate` returns them). `lora`: one adapter name for all, or one each.
+        `constraint`: one for all (None, or a function making a fresh one), or a list, one each."""
         if isinstance(prompts, (bytes, bytearray)) or not hasattr(prompts, "__iter__"):
             raise TinyInferError(f"prompts must be a text, a list of texts or a list of token-id lists, "
                                  f"not {type(prompts).__name__}")
         prompts = [prompts] if isinstance(prompts, str) else list(prompts)
         params = sampling_params if isinstance(sampling_params, list) else [sampling_params] * len(prompts)
         adapters = lora if isinstance(lora, list) else [lora] * len(prompts)
-        if len(params) != len(prompts) or len(adapters) != len(prompts):
-            raise TinyInferError(f"{len(params)} SamplingParams and {len(adapters)} adapters for {len(prompts)} "
-                                 "prompts: give one, or one each")
+        constraints = _constraints_per_prompt(constraint, len(prompts))
+        if len(params) != len(prompts) or len(adapters) != len(prompts) or len(constraints) != len(prompts):
+            raise TinyInferError(f"{len(params)} SamplingParams, {len(adapters)} adapters and {len(constraints)} "
+                                 f"constraints for {len(prompts)} prompts: give one, or one each")
         ids = []
         try:
-            for prompt, p, a in zip(prompts, params, adapters):
-                ids.append(self.add_request(prompt, p, lora=a, **overrides))
+            for prompt, p, a, c in zip(prompts, params, adapters, constraints):
+                ids.append(self.add_request(prompt, p, lora=a, constraint=c, **overrides))
         except TinyInferError:  # one bad request fails the whole batch: none of it stays queued
             for request_id in ids:
                 self.abort(request_id)
@@ -237,8 +249,9 @@ class LLM:
         return request_id
 
     def _new_sequence(self, request_id: str, index: int, prompt_ids: list[int], params: SamplingParams, rng,
-                      arrival: float, lora: str | None) -> Sequence:
-        seq = Sequence(request_id, next(self._seq_ids), prompt_ids, params, Sampler(params, prompt_ids, rng=rng, vocab_limit=self.model.vocab_limit),
+                      arrival: float, lora: str | None, constraint=None) -> Sequence:
+        sampler = Sampler(params, prompt_ids, constraint, rng, self.model.vocab_limit)  # the grammar state lives here
+        seq = Sequence(request_id, next(self._seq_ids), prompt_ids, params, sampler,
                        stop_ids(self.model, params), RequestMetrics(arrival), index=index, lora=lora)
         if self.model.tokenizer is not None:  # text, shown as whole characters and cut before a stop string
             from tinyinfer.tokenizer import StreamingDetokenizer  # noqa: PLC0415 - models without one skip it
@@ -290,3 +303,14 @@ class LLM:
         running = self.scheduler.running
         self.step_log.append(StepRecord(time.perf_counter(), len(batch.sequences), batch.num_tokens,
                                         self.scheduler.allocator.num_used, sum(s.num_computed for s in running)))
+
+
+def _constraints_per_prompt(constraint, n_prompts: int) -> list:
+    """`LLM.generate`'s constraint as one per prompt. One object cannot serve several prompts, in one list or
+    for all: each sequence walks its own grammar state (a function making a fresh one can)."""
+    constraints = list(constraint) if isinstance(constraint, (list, tuple)) else [constraint] * n_prompts
+    objects = [c for c in constraints if c is not None and not callable(c)]
+    if len({id(c) for c in objects}) < len(objects):
+        raise TinyInferError("one constraint object is given to several prompts: each needs its own grammar state: "
+                             "pass a function that builds one, or a list with a fresh constraint per prompt")
+    return constraints

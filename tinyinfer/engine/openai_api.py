@@ -9,20 +9,44 @@ out takes the checkpoint's generation_config.json value, as `generate` does:
     -> SamplingParams(max_tokens=30, temperature=0.8, stop=["\\n\\n"], seed=1, top_k=50)   # shakespeare's top_k
 
 A field with no effect on the output (`user`, `metadata`) is ignored; one that would change the output and
-that tinyinfer cannot honour (`response_format`, `tools`) is refused, never silently dropped.
+that tinyinfer cannot honour (`echo`, `best_of`, `suffix`) is refused, never silently dropped.
+
+Structured output maps onto tinyinfer's constraints (tinyinfer/constrain/), compiled here on the handler's
+thread (so a schema the compiler refuses is a 400 naming the keyword, before any work) and handed to the
+engine as a function making a fresh grammar state per sample:
+
+    "response_format": {"type": "json_object"}                           -> build_constraint("json", "object")
+    "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {...}}}  -> "json_schema"
+    "guided_json": {...}, "guided_regex": "...", "guided_choice": [...], "guided_grammar": "..."   (vLLM's)
+    "tools": [...], "tool_choice": "required" | {"type": "function", "function": {"name": ...}} | "auto"
+
+A tool call is the JSON object {"name": ..., "arguments": {...}} (tinyinfer/constrain/tools.py), returned as
+the message's `tool_calls` with finish_reason "tool_calls". "required" and a named function force one call;
+"auto" (the default when tools are given) lets the model answer in text instead (any reply not starting with
+`{`); "none" is text only. One call per reply: a grammar of several calls is not built.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import json
+import threading
 import time
 import uuid
 from typing import TYPE_CHECKING
 
+from tinyinfer.constrain import (
+    Constraint,
+    Vocabulary,
+    build_constraint,
+    parse_tool_calls,
+    tool_call_grammar,
+)
+from tinyinfer.constrain.tools import tool_functions
 from tinyinfer.errors import TinyInferError
-from tinyinfer.generation import check_fits, encode_prompt, resolve_params
+from tinyinfer.generation import check_fits, encode_prompt, eos_ids, resolve_params
 from tinyinfer.sampling import SamplingParams
 
 if TYPE_CHECKING:
@@ -33,14 +57,14 @@ SAMPLING_FIELDS = {name: name for name in (
     "max_tokens", "temperature", "top_p", "n", "stop", "seed", "presence_penalty", "frequency_penalty",
     "logit_bias", "top_k", "min_p", "repetition_penalty", "stop_token_ids", "ignore_eos")}
 SAMPLING_FIELDS["max_completion_tokens"] = "max_tokens"  # the chat API's newer name; it wins over max_tokens
+GUIDED_FIELDS = {"guided_json": ("json_schema", (dict, bool, str)), "guided_regex": ("regex", str),  # vLLM's:
+                 "guided_choice": ("choice", list), "guided_grammar": ("grammar", str)}  # -> (kind, JSON type)
 OTHER_FIELDS = {"prompt", "messages", "model", "stream", "stream_options", "logprobs", "top_logprobs",  # read apart
+                "response_format", "tools", "tool_choice", *GUIDED_FIELDS,
                 "user", "metadata", "store", "service_tier", "parallel_tool_calls"}  # no effect on the output
-NO_OP_VALUES = {"echo": False, "best_of": 1, "suffix": "", "tools": [], "tool_choice": "none",
-                "response_format": {"type": "text"}}  # accepted at these values only
-TOOLS = "this server makes no tool calls"
-UNSUPPORTED = {"tools": TOOLS, "tool_choice": TOOLS,  # fields that would change the output, and why they are refused
-               "response_format": "the serving engine has no structured output yet (generate --json-schema has)"}
+NO_OP_VALUES = {"echo": False, "best_of": 1, "suffix": ""}  # accepted at these values only
 FINISH_REASONS = {"eos": "stop", "stop": "stop", "length": "length"}  # the engine's reasons -> OpenAI's
+_COMPILING = threading.Lock()  # handler threads compile constraints; the constraint caches are plain dicts
 
 
 class RequestError(TinyInferError):
@@ -65,20 +89,22 @@ def read_json(stream, length) -> dict:
     return body
 
 
-def engine_requests(server: Server, body: dict, chat: bool) -> list[tuple[str, list[int], SamplingParams]]:
-    """The engine's work for a request body: a fresh request id, the token ids and the SamplingParams of each
-    prompt (a chat request has one)."""
+def engine_requests(server: Server, body: dict, chat: bool) -> list[tuple[str, list[int], SamplingParams, object]]:
+    """The engine's work for a request body: a fresh request id, the token ids, the SamplingParams and the
+    constraint maker (None: free text) of each prompt (a chat request has one)."""
     model, max_seqs = server.model, server.engine.llm.scheduler.config.max_num_seqs
     if body.get("model") not in (None, server.model_name):
         raise RequestError(f"model {body['model']!r} is not served here: this server serves {server.model_name!r}",
                            "model", 404)
-    prompts = chat_prompt(server, body.get("messages")) if chat else completion_prompts(model, body.get("prompt"))
+    make_constraint = output_constraint(server, body, chat)  # first: it checks the tools the template shows
+    prompts = (chat_prompt(server, body.get("messages"), body.get("tools") or None) if chat
+               else completion_prompts(model, body.get("prompt")))
     params = sampling_params(model, body, chat)
     if params.n > max_seqs:  # the samples of a request must be able to run at once
         raise RequestError(f"n={params.n} is more samples than the engine runs at once ({max_seqs}): lower n, or "
                            "serve with a larger --max-num-seqs", "n")
     given = body.get("max_tokens") is not None or body.get("max_completion_tokens") is not None
-    return [(f"{uuid.uuid4().hex}-{i}", ids, fit_max_tokens(model, ids, params, given))
+    return [(f"{uuid.uuid4().hex}-{i}", ids, fit_max_tokens(model, ids, params, given), make_constraint)
             for i, ids in enumerate(prompts)]
 
 
@@ -92,8 +118,7 @@ def sampling_params(model, body: dict, chat: bool) -> SamplingParams:
         if name in NO_OP_VALUES and type(value) is type(NO_OP_VALUES[name]) and value == NO_OP_VALUES[name]:
             continue
         if name not in SAMPLING_FIELDS:
-            raise RequestError(f"{name}={value!r} is not supported: "
-                               f"{UNSUPPORTED.get(name, 'this server does not know it')}: leave it out", name)
+            raise RequestError(f"{name}={value!r} is not supported: this server does not know it: leave it out", name)
         fields[SAMPLING_FIELDS[name]] = (value, name)
     if (logprobs := logprobs_wanted(body, chat)) is not None:
         fields["logprobs"] = (logprobs, "top_logprobs" if chat else "logprobs")
@@ -121,6 +146,112 @@ def logprobs_wanted(body: dict, chat: bool):
     if top is not None and not wanted:
         raise RequestError("top_logprobs needs logprobs: true: set it, or leave top_logprobs out", "top_logprobs")
     return (0 if top is None else top) if wanted else None
+
+
+def output_constraint(server: Server, body: dict, chat: bool):
+    """A function making a fresh constraint per sample for the structure the request asks for, or None.
+    The grammar is compiled here, once (later requests with the same spec find it in build_constraint's cache);
+    each sample then gets its own Constraint, its own position in that grammar."""
+    asked = requested_structure(body, chat)
+    if asked is None:
+        return None
+    kind, spec, field = asked
+    try:
+        with _COMPILING:
+            if server.vocabulary is None:
+                server.vocabulary = constraint_vocabulary(server.model)
+            compiled = build_constraint(kind, spec, server.vocabulary)
+    except TinyInferError as e:  # a keyword or pattern the compiler cannot express: its message names it
+        raise RequestError(str(e), field) from None
+    except (TypeError, ValueError, KeyError, AttributeError) as e:  # a malformed schema, e.g. {"type": 5}
+        raise RequestError(f"{field} holds a malformed schema ({type(e).__name__}: {e}): check it against the JSON "
+                           "Schema specification", field) from None
+    return functools.partial(Constraint, compiled.masker)
+
+
+def requested_structure(body: dict, chat: bool) -> tuple[str, object, str] | None:
+    """(build_constraint kind, spec, request field) of the structure the request asks for, or None for text.
+
+    >>> requested_structure({"response_format": {"type": "json_object"}}, chat=True)
+    ('json', 'object', 'response_format')
+    """
+    asked = []
+    if (response_format := body.get("response_format")) is not None:
+        asked += [(*spec, "response_format") for spec in [response_format_spec(response_format)] if spec]
+    for name, (kind, json_type) in GUIDED_FIELDS.items():
+        if (value := body.get(name)) is not None:
+            if not isinstance(value, json_type):
+                raise RequestError(f"{name}={value!r:.60} is invalid: give a {kind} spec (see the vLLM API)", name)
+            if kind == "json_schema" and isinstance(value, str):  # JSON text; never a path on the server
+                try:
+                    value = json.loads(value)
+                except json.JSONDecodeError as e:
+                    raise RequestError(f"{name} is not valid JSON ({e}): give a JSON Schema", name) from None
+            asked.append((kind, value, name))
+    if (tools := tool_choice(body, chat)) is not None:
+        offered, text_allowed = tools
+        spec = str(tool_call_grammar(offered, allow_text=True)) if text_allowed else offered
+        asked.append(("grammar" if text_allowed else "tools", spec, "tools"))
+    if len(asked) > 1:
+        raise RequestError(f"{' and '.join(field for _, _, field in asked)} each constrain the output: give one",
+                           asked[1][2])
+    return asked[0] if asked else None
+
+
+def response_format_spec(response_format) -> tuple[str, object] | None:
+    """OpenAI's response_format as (build_constraint kind, spec); None for plain text. `strict` needs nothing:
+    the output always follows the schema."""
+    kind = response_format.get("type") if isinstance(response_format, dict) else None
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return "json", "object"
+    json_schema = response_format.get("json_schema") if kind == "json_schema" else None
+    if isinstance(json_schema, dict) and isinstance(json_schema.get("schema"), (dict, bool)):
+        return "json_schema", json_schema["schema"]
+    raise RequestError(f"response_format={response_format!r:.80} is invalid: give {{\"type\": \"text\"}}, "
+                       '{"type": "json_object"}, or {"type": "json_schema", "json_schema": {"name": ..., '
+                       '"schema": {...}}}', "response_format")
+
+
+def tool_choice(body: dict, chat: bool) -> tuple[list[dict], bool] | None:
+    """(the tools the reply may call, whether it may be text instead), from `tools` and `tool_choice`; None
+    when the reply is text only ("none", or no tools)."""
+    tools, choice = body.get("tools") or [], body.get("tool_choice")
+    if not chat and (tools or choice is not None):
+        raise RequestError("tools are offered in chat: use /v1/chat/completions", "tools")
+    if not isinstance(tools, list):
+        raise RequestError(f"tools={tools!r:.60} is invalid: give a list of {{\"type\": \"function\", \"function\": "
+                           '{"name": ..., "parameters": {...}}}', "tools")
+    choice = ("auto" if tools else "none") if choice is None else choice
+    if choice == "none":
+        return None
+    if not tools:
+        raise RequestError(f"tool_choice={choice!r} needs tools: give the tools it may call", "tool_choice")
+    try:
+        names = list(tool_functions(tools))
+    except TinyInferError as e:
+        raise RequestError(str(e), "tools") from None
+    if choice in ("auto", "required"):
+        return tools, choice == "auto"
+    function = choice.get("function") if isinstance(choice, dict) and choice.get("type") == "function" else None
+    name = function.get("name") if isinstance(function, dict) else None
+    if name is None:
+        raise RequestError(f"tool_choice={choice!r:.80} is invalid: give \"none\", \"auto\", \"required\" or "
+                           '{"type": "function", "function": {"name": ...}}', "tool_choice")
+    if name not in names:
+        raise RequestError(f"tool_choice names the function {name!r}, which is not among the tools {names}",
+                           "tool_choice")
+    return [tools[names.index(name)]], False
+
+
+def constraint_vocabulary(model) -> Vocabulary:
+    """What the server's constraints mask: one entry per row of the model's logits (the tokenizer's tokens, then
+    empty ones, never allowed, for padding rows), and the model's EOS ids (allowed when the grammar may end)."""
+    tokenizer, rows = model.tokenizer, model.config.vocab_size
+    known = min(tokenizer.vocab_size, rows)
+    token_bytes = [tokenizer.token_bytes(i) for i in range(known)] + [b""] * (rows - known)
+    return Vocabulary(token_bytes, sorted(i for i in eos_ids(model) if i < rows), getattr(tokenizer, "special_ids", ()))
 
 
 def fit_max_tokens(model, prompt_ids: list[int], params: SamplingParams, given: bool) -> SamplingParams:
@@ -155,8 +286,9 @@ def completion_prompts(model, prompt) -> list[list[int]]:
         raise RequestError(f"{e} (prompt is a text, a list of token ids, or a list of either)", "prompt") from None
 
 
-def chat_prompt(server: Server, messages) -> list[list[int]]:
-    """The conversation rendered by the model's chat template: one prompt's token ids."""
+def chat_prompt(server: Server, messages, tools: list | None = None) -> list[list[int]]:
+    """The conversation (and the tools offered, for templates that show them) rendered by the model's chat
+    template: one prompt's token ids."""
     if server.chat_template is None:
         raise RequestError(f"the model {server.model_name!r} has no chat template (no chat_template in its "
                            "tokenizer_config.json): use /v1/completions, or serve a chat model", "messages")
@@ -165,7 +297,7 @@ def chat_prompt(server: Server, messages) -> list[list[int]]:
                            '{"role": ..., "content": ...} objects', "messages")
     messages = [{**m, "content": message_text(m.get("content"))} if isinstance(m, dict) else m for m in messages]
     try:
-        text = server.chat_template.render(messages, add_generation_prompt=True)
+        text = server.chat_template.render(messages, add_generation_prompt=True, tools=tools)
         return [encode_prompt(server.model, text, add_special_tokens=False)]  # the template holds its special tokens
     except TinyInferError as e:
         raise RequestError(str(e), "messages") from None
@@ -187,10 +319,13 @@ def message_text(content) -> str | None:
 
 
 class Reply:
-    """The OpenAI response bodies of one submission, whole or as stream chunks, built from its outputs."""
+    """The OpenAI response bodies of one submission, whole or as stream chunks, built from its outputs.
+    With `tools` (those the reply may call) a finished reply that is a call becomes the message's tool_calls;
+    streamed, such a reply is held back until it has finished, then sent as one delta."""
 
-    def __init__(self, chat: bool, model_name: str, submission: Submission, tokenizer):
-        self.chat, self.prompts, self.tokenizer = chat, [ids for _, ids, _ in submission.requests], tokenizer
+    def __init__(self, chat: bool, model_name: str, submission: Submission, tokenizer, tools: list | None = None):
+        self.chat, self.prompts, self.tokenizer = chat, [ids for _, ids, _, _ in submission.requests], tokenizer
+        self.tools = tools
         self.index = {key: i for i, key in enumerate(submission.keys())}  # (request id, sample) -> choice index
         kind = ("chatcmpl", "chat.completion") if chat else ("cmpl", "text_completion")
         self.head = {"id": f"{kind[0]}-{uuid.uuid4().hex}", "object": kind[1], "created": int(time.time()),
@@ -214,7 +349,7 @@ class Reply:
         for out in outputs:
             key = (out.request_id, out.index)
             chars, tokens = sent[key]
-            if out.text[chars:] or out.finished:  # logprobs ride along with text (the engine may hold text back)
+            if (out.text[chars:] and self.tools is None) or out.finished:  # logprobs ride along with text
                 logprobs = self._logprobs(None if out.logprobs is None else out.logprobs[tokens:], offset=chars)
                 choice = self._choice(self.index[key], out.text[chars:], out.finish_reason, logprobs, delta=True)
                 yield {**head, "choices": [choice], **usage}
@@ -226,12 +361,27 @@ class Reply:
 
     def _choice(self, index: int, text: str, reason: str | None, logprobs: dict | None, delta: bool = False) -> dict:
         if not self.chat:
-            content = {"text": text}
-        elif delta:
-            content = {"delta": {"content": text} if text else {}}
+            return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": FINISH_REASONS.get(reason, reason)}
+        message, reason = self._message(text, reason)
+        if delta:
+            calls = [{"index": i, **call} for i, call in enumerate(message.get("tool_calls", []))]
+            content = {"delta": {"tool_calls": calls} if calls else {"content": text} if text else {}}
         else:
-            content = {"message": {"role": "assistant", "content": text}}
-        return {"index": index, **content, "logprobs": logprobs, "finish_reason": FINISH_REASONS.get(reason, reason)}
+            content = {"message": {"role": "assistant", **message}}
+        return {"index": index, **content, "logprobs": logprobs, "finish_reason": reason}
+
+    def _message(self, text: str, reason: str | None) -> tuple[dict, str | None]:
+        """A chat reply's message fields and OpenAI finish reason: a finished call of one of the tools becomes
+        `tool_calls` (arguments as a JSON string) with finish_reason "tool_calls"; anything else is content."""
+        if self.tools is not None and reason in ("eos", "stop"):
+            try:
+                _, calls = parse_tool_calls(text, self.tools)
+            except TinyInferError:  # with tool_choice "auto": text that only starts like a call
+                calls = []
+            if calls:
+                return {"content": None, "tool_calls": [{**call, "id": f"call_{uuid.uuid4().hex[:24]}"}
+                                                        for call in calls]}, "tool_calls"
+        return {"content": text}, FINISH_REASONS.get(reason, reason)
 
     def _logprobs(self, choices, offset: int = 0) -> dict | None:
         """OpenAI's logprobs of some tokens (TokenChoices, or None when not asked): chat's `content` list, or the

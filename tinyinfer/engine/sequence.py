@@ -6,6 +6,9 @@ A sequence moves through three states:
        ^                  |
        +----preempt-------+      (its blocks freed; it keeps its tokens and its sampler, and is recomputed)
 
+The sampler holds the sequence's constraint, if any (structured output): its grammar state has read exactly
+the output tokens, so a recomputed sequence continues in the grammar where it stopped.
+
 The one number the scheduler reasons with is `num_computed`: how many of `tokens` (prompt + output so far)
 have their keys and values in the cache. The next chunk to run is tokens[num_computed:], all of it or a
 slice (chunked prefill). A decode step is the case where exactly one token is left: the last one sampled.

@@ -27,6 +27,9 @@ non-streamed text.
 fails, or while waiting the socket reads end-of-file) and sends an abort through the inbox; the engine
 thread calls `LLM.abort`, which frees the request's KV blocks before the next step.
 
+**Structured output.** `response_format`, vLLM's `guided_*` fields and chat `tools` become a constraint
+(openai_api.py), compiled on the handler thread; the engine gives each sample its own grammar state.
+
 Bad input is answered 400 with an OpenAI-style error body whose message is the TinyInferError text; a bug
 is answered 500, and the engine thread carries on with the other requests.
 """
@@ -42,7 +45,7 @@ import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from tinyinfer.engine.openai_api import Reply, RequestError, engine_requests, read_json, stream_options
+from tinyinfer.engine.openai_api import Reply, RequestError, engine_requests, read_json, stream_options, tool_choice
 from tinyinfer.errors import TinyInferError
 from tinyinfer.sampling import SamplingParams
 
@@ -55,15 +58,15 @@ class ClientGone(Exception):
 
 @dataclass
 class Submission:
-    """One HTTP request's work for the engine: a (request id, prompt ids, params) per prompt, and the queue on
-    which the engine thread answers: first ACCEPTED or an exception, then RequestOutputs."""
+    """One HTTP request's work for the engine: a (request id, prompt ids, params, constraint maker) per prompt,
+    and the queue on which the engine thread answers: first ACCEPTED or an exception, then RequestOutputs."""
 
-    requests: list[tuple[str, list[int], SamplingParams]]
+    requests: list[tuple[str, list[int], SamplingParams, object]]
     events: queue.Queue = field(default_factory=queue.Queue)
 
     def keys(self) -> list[tuple[str, int]]:
         """(request id, sample index) of every choice, in the order of the response's `choices`."""
-        return [(rid, i) for rid, _, params in self.requests for i in range(params.n)]
+        return [(rid, i) for rid, _, params, _ in self.requests for i in range(params.n)]
 
 
 ACCEPTED = "accepted"  # the engine queued every request of a submission
@@ -107,8 +110,8 @@ class Engine:
     def _admit(self, submission: Submission) -> None:
         added = []
         try:
-            for rid, prompt_ids, params in submission.requests:
-                added.append(self.llm.add_request(prompt_ids, params, request_id=rid))
+            for rid, prompt_ids, params, make_constraint in submission.requests:
+                added.append(self.llm.add_request(prompt_ids, params, request_id=rid, constraint=make_constraint))
         except Exception as e:  # noqa: BLE001 - bad input (a 400), or a bug (a 500): the handler answers it
             for rid in added:
                 self.llm.abort(rid)
@@ -118,7 +121,7 @@ class Engine:
         submission.events.put(ACCEPTED)
 
     def _abort(self, submission: Submission) -> None:
-        for rid, _, _ in submission.requests:
+        for rid, *_ in submission.requests:
             self.llm.abort(rid)  # ids that already finished are ignored
             self.routes.pop(rid, None)
 
@@ -148,6 +151,7 @@ class Server(ThreadingHTTPServer):
             raise TinyInferError("the server reads and writes text: load the model with its tokenizer (tokenizer=PATH)")
         super().__init__((host, port), Handler)  # binds now: a port in use fails here, before any thread starts
         self.model, self.model_name, self.chat_template = llm.model, model_name, chat_template
+        self.vocabulary = None  # what structured output masks (openai_api.constraint_vocabulary), built when first asked
         self.created = int(time.time())
         self.engine = Engine(llm)
 
@@ -203,7 +207,8 @@ class Handler(BaseHTTPRequestHandler):
         try:
             events = self._events(submission)
             next(events)  # ACCEPTED, or the engine's refusal raised here, before any header is sent
-            reply = Reply(chat, self.server.model_name, submission, self.server.model.tokenizer)
+            tools = tool_choice(body, chat)  # the tools the reply may call: its text is read back as a call
+            reply = Reply(chat, self.server.model_name, submission, self.server.model.tokenizer, None if tools is None else tools[0])
             if stream:
                 self._stream(reply.chunks(events, include_usage))
             else:
