@@ -241,8 +241,11 @@ def test_phi3_longrope_holds_up_to_its_switch_and_refuses_beyond(checkpoint):
     np.testing.assert_allclose(model.logits(ids[:-1]), hf_logits(folder, ids[:-1]), rtol=0, atol=LOGITS_ATOL)
     switched = hf_logits(folder, ids)[:-1]  # the same positions, now with the long factors
     assert np.abs(switched - hf_logits(folder, ids[:-1])).max() > 10 * LOGITS_ATOL
-    with pytest.raises(TinyInferError, match=f"beyond the context window of {ORIGINAL_CONTEXT} tokens"):
+    with pytest.raises(TinyInferError, match=f"beyond the context window of {ORIGINAL_CONTEXT} tokens .longrope runs "
+                       "here in its short-sequence regime only"):
         model.logits(ids)
+    with pytest.raises(TinyInferError, match="short-sequence regime only.*config.json allows"):  # before any work
+        model.generate(ids[:8], max_tokens=ORIGINAL_CONTEXT)
 
 
 @pytest.mark.parametrize("kind", ["su", "yarn"])

@@ -110,6 +110,15 @@ class Config:
         return self.attn_softcap
 
     @property
+    def context_note(self) -> str:
+        """Why the context window is shorter than config.json says, for error messages ("" when it is not)."""
+        allowed = (self.rope_scaling or {}).get("max_position_embeddings", 0)
+        if (self.rope_scaling or {}).get("rope_type") == "longrope" and allowed > self.max_seq_len:
+            return (f" (longrope runs here in its short-sequence regime only, exact up to original_max_position_embeddings"
+                    f" = {self.max_seq_len}; config.json allows {allowed})")
+        return ""
+
+    @property
     def rotary_dim(self) -> int:
         """How many coordinates of each head RoPE rotates: all of them, or a leading part (Phi-3's factor)."""
         return int(self.head_dim * self.partial_rotary_factor)
@@ -384,7 +393,8 @@ def _phi3_longrope(c: dict, params: dict, n_pairs: int) -> dict:
     attention_factor = params.get("attention_factor")
     if attention_factor is None:
         attention_factor = 1.0 if stretch <= 1 else math.sqrt(1 + math.log(stretch) / math.log(original))
-    scaling = {"rope_type": "longrope", "short_factor": params["short_factor"], "attention_factor": attention_factor}
+    scaling = {"rope_type": "longrope", "short_factor": params["short_factor"], "attention_factor": attention_factor,
+               "max_position_embeddings": c["max_position_embeddings"]}  # what the file allows, for error messages
     return {"rope_scaling": scaling, "max_seq_len": min(c["max_position_embeddings"], original)}
 
 

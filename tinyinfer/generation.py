@@ -144,7 +144,7 @@ def check_fits(model, n_prompt: int, max_tokens: int) -> None:
     if n_prompt + max_tokens > limit:
         raise TinyInferError(
             f"prompt ({n_prompt} tokens) + max_tokens ({max_tokens}) = {n_prompt + max_tokens} exceeds the context "
-            f"window of {limit} tokens: shorten the prompt or lower max_tokens"
+            f"window of {limit} tokens{model.config.context_note}: shorten the prompt or lower max_tokens"
         )
 
 

@@ -192,6 +192,7 @@ class Model:
         if positions.size and positions.max() >= self.config.max_seq_len:
             raise TinyInferError(
                 f"position {int(positions.max())} is beyond the context window of {self.config.max_seq_len} tokens"
+                f"{self.config.context_note}"
             )
 
     # -- conveniences ----------------------------------------------------------------------------------------
