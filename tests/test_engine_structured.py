@@ -256,6 +256,7 @@ def test_tool_choice_auto_may_answer_in_text_and_none_is_free_text(server, model
     ("/v1/chat/completions", {"tools": [ADD], "tool_choice": {"type": "function", "function": {"name": "sub"}}},
      "tool_choice", "not among the tools"),
     ("/v1/chat/completions", {"tools": [{"type": "function"}], "tool_choice": "required"}, "tools", "no name"),
+    ("/v1/chat/completions", {"tools": [5], "tool_choice": "none"}, "tools", "no name"),
     ("/v1/chat/completions", {"tools": [ADD], "tool_choice": "sometimes"}, "tool_choice", "is invalid"),
     ("/v1/chat/completions", {"tools": [ADD], "tool_choice": "required",
                               "response_format": {"type": "json_object"}}, "tools", "give one"),

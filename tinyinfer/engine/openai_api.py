@@ -223,15 +223,15 @@ def tool_choice(body: dict, chat: bool) -> tuple[list[dict], bool] | None:
     if not isinstance(tools, list):
         raise RequestError(f"tools={tools!r:.60} is invalid: give a list of {{\"type\": \"function\", \"function\": "
                            '{"name": ..., "parameters": {...}}}', "tools")
+    try:
+        names = list(tool_functions(tools)) if tools else []  # checked even with "none": the template shows them
+    except TinyInferError as e:
+        raise RequestError(str(e), "tools") from None
     choice = ("auto" if tools else "none") if choice is None else choice
     if choice == "none":
         return None
     if not tools:
         raise RequestError(f"tool_choice={choice!r} needs tools: give the tools it may call", "tool_choice")
-    try:
-        names = list(tool_functions(tools))
-    except TinyInferError as e:
-        raise RequestError(str(e), "tools") from None
     if choice in ("auto", "required"):
         return tools, choice == "auto"
     function = choice.get("function") if isinstance(choice, dict) and choice.get("type") == "function" else None
