@@ -30,7 +30,7 @@ import tokenizers
 import torch
 import transformers
 from conftest import shared_data
-from tiny_models import hf_greedy, hf_logits, make_tiny_models, prompt_ids
+from tiny_models import built_once, hf_greedy, hf_logits, make_tiny_models, prompt_ids
 
 import tinyinfer
 import tinyinfer.model
@@ -94,15 +94,7 @@ def build(folder, config_class: str, fields: dict, dtype: str = "float32"):
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
     """`checkpoint(name) -> Path`, each variant built once for this module."""
-    root = tmp_path_factory.mktemp("architectures_more")
-    built = {}
-
-    def get(name: str):
-        if name not in built:
-            built[name] = build(root / name, *VARIANTS[name])
-        return built[name]
-
-    return get
+    return built_once(tmp_path_factory.mktemp("architectures_more"), lambda name, folder: build(folder, *VARIANTS[name]))
 
 
 @pytest.mark.parametrize("name", VARIANTS)

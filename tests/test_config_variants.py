@@ -32,7 +32,7 @@ import pytest
 import torch
 import transformers
 from safetensors.numpy import load_file, save_file
-from tiny_models import ROOT, _import_script, hf_greedy, hf_logits, make_tiny_models, prompt_ids
+from tiny_models import ROOT, _import_script, built_once, hf_greedy, hf_logits, make_tiny_models, prompt_ids
 
 import tinyinfer
 from tinyinfer.config import HF_ACTIVATIONS, HF_DEFAULTS, config_from_hf, load_hf_config
@@ -152,15 +152,7 @@ def build(name: str, folder):
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
     """`checkpoint(name) -> Path`, each variant built once for this module."""
-    root = tmp_path_factory.mktemp("config_variants")
-    built = {}
-
-    def get(name: str):
-        if name not in built:
-            built[name] = build(name, root / name)
-        return built[name]
-
-    return get
+    return built_once(tmp_path_factory.mktemp("config_variants"), build)
 
 
 @pytest.mark.parametrize("name", VARIANTS)

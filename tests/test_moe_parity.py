@@ -26,7 +26,7 @@ from tinyinfer.backend import cuda_available
 from tinyinfer.errors import TinyInferError
 from tinyinfer.model import Model, SeqChunk, map_arrays
 from tinyinfer.moe import track_routing
-from tiny_models import ROOT, _import_script, hf_greedy, hf_logits, hf_model, prompt_ids, tiny_checkpoint  # noqa: F401
+from tiny_models import ROOT, _import_script, built_once, hf_greedy, hf_logits, hf_model, prompt_ids, tiny_checkpoint  # noqa: F401
 
 make_tiny_moe_models = _import_script(ROOT / "weights_scripts" / "make_tiny_moe_models.py")
 VARIANTS = make_tiny_moe_models.VARIANTS
@@ -39,15 +39,7 @@ CACHE_ATOL = 1e-5
 @pytest.fixture(scope="session")
 def moe_checkpoint(tmp_path_factory):
     """`moe_checkpoint(name) -> Path`: the folder of VARIANTS[name], built once per session."""
-    root = tmp_path_factory.mktemp("tiny_moe_models")
-    built = {}
-
-    def get(name: str):
-        if name not in built:
-            built[name] = make_tiny_moe_models.build_variant(name, root / name)
-        return built[name]
-
-    return get
+    return built_once(tmp_path_factory.mktemp("tiny_moe_models"), make_tiny_moe_models.build_variant)
 
 
 @pytest.fixture(params=FP32_VARIANTS)

@@ -40,18 +40,22 @@ transformers.utils.logging.disable_progress_bar()
 torch.set_num_threads(1)
 
 
-@pytest.fixture(scope="session")
-def tiny_checkpoint(tmp_path_factory):
-    """`tiny_checkpoint(name) -> Path`: the folder of VARIANTS[name], built once per session."""
-    root = tmp_path_factory.mktemp("tiny_models")
+def built_once(root: Path, build):
+    """`get(name) -> Path`: `build(name, root / name)` the first time a name is asked for, its folder after."""
     built: dict[str, Path] = {}
 
     def get(name: str) -> Path:
         if name not in built:
-            built[name] = make_tiny_models.build_variant(name, root / name)
+            built[name] = build(name, root / name)
         return built[name]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory):
+    """`tiny_checkpoint(name) -> Path`: the folder of VARIANTS[name], built once per session."""
+    return built_once(tmp_path_factory.mktemp("tiny_models"), make_tiny_models.build_variant)
 
 
 def variant_dtype(name: str) -> str:
