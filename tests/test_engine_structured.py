@@ -236,6 +236,12 @@ def test_tool_choice_auto_may_answer_in_text_and_none_is_free_text(server, model
     free = model.generate(chat_ids(model), max_tokens=20, temperature=0).text
     assert none["choices"][0]["message"] == {"role": "assistant", "content": free}
     assert auto["choices"][0]["message"]["content"] == free  # greedy text does not start with "{": allowed as is
+    brace = model.tokenizer.encode("{", add_special_tokens=False)
+    _, called = post(server, "/v1/chat/completions", {**base, "max_tokens": MAX_TOKENS, "logit_bias": {brace[0]: 100}})
+    [answer] = called["choices"]  # pushed to open with "{", the reply can only go on as a call
+    assert answer["finish_reason"] == "tool_calls" and answer["message"]["tool_calls"][0]["function"]["name"] == "add"
+    jsonschema.validate(json.loads(answer["message"]["tool_calls"][0]["function"]["arguments"]),
+                        ADD["function"]["parameters"])
 
 
 @pytest.mark.parametrize("path, extra, param, words", [
