@@ -176,8 +176,8 @@ def requested_structure(body: dict, chat: bool) -> tuple[str, object, str] | Non
     ('json', 'object', 'response_format')
     """
     asked = []
-    if (response_format := body.get("response_format")) is not None:
-        asked += [(*spec, "response_format") for spec in [response_format_spec(response_format)] if spec]
+    if (spec := response_format_spec(body.get("response_format"))) is not None:
+        asked.append((*spec, "response_format"))
     for name, (kind, json_type) in GUIDED_FIELDS.items():
         if (value := body.get(name)) is not None:
             if not isinstance(value, json_type):
@@ -199,10 +199,10 @@ def requested_structure(body: dict, chat: bool) -> tuple[str, object, str] | Non
 
 
 def response_format_spec(response_format) -> tuple[str, object] | None:
-    """OpenAI's response_format as (build_constraint kind, spec); None for plain text. `strict` needs nothing:
-    the output always follows the schema."""
+    """OpenAI's response_format as (build_constraint kind, spec); None for plain text (or none given). `strict`
+    needs nothing: the output always follows the schema."""
     kind = response_format.get("type") if isinstance(response_format, dict) else None
-    if kind == "text":
+    if response_format is None or kind == "text":
         return None
     if kind == "json_object":
         return "json", "object"
