@@ -35,7 +35,8 @@ class ScriptedModel:
         self.tokenizer = tokenizer
         self.script_ids = script_ids
         self.strength = strength
-        self.config = SimpleNamespace(vocab_size=tokenizer.vocab_size, eos_token_ids=[EOS], max_seq_len=max_seq_len)
+        self.config = SimpleNamespace(vocab_size=tokenizer.vocab_size, eos_token_ids=[EOS], max_seq_len=max_seq_len,
+                                      context_note="")
         self.generation_config = {}
         self.vocab_limit = tokenizer.vocab_size
         self.prompt_len = 0
