@@ -44,6 +44,7 @@ class Config:
     position: str = "rope"  # "rope" | "learned" (GPT-2's position table)
     rope_theta: float = 10000.0
     rope_scaling: dict | None = None  # {"rope_type": "linear"|"llama3"|"yarn"|"longrope" (Phi-3), ...} or None
+    local_rope_theta: float | None = None  # Gemma 3: sliding layers rotate with this theta, unscaled (None: as all)
     partial_rotary_factor: float = 1.0  # Phi-3: RoPE rotates only the first int(head_dim * factor) coordinates
     qkv_bias: bool = False
     o_bias: bool = False
@@ -159,7 +160,7 @@ def _check_numbers(cfg: Config) -> None:
         if not is_integer_at_least(value):
             raise TinyInferError(f"config: {name}={value!r} must be an integer >= 1: fix {keys} in config.json "
                                  "(or the llama2.c header)")
-    optional = ("query_pre_attn_scalar", "attn_softcap", "final_softcap")  # None: not used
+    optional = ("query_pre_attn_scalar", "attn_softcap", "final_softcap", "local_rope_theta")  # None: not used
     for name in ("norm_eps", "rope_theta", "embed_scale", "partial_rotary_factor", *optional):
         value = getattr(cfg, name)
         if value is None and name in optional:
@@ -224,6 +225,7 @@ BIAS_FIELDS = {
     "phi3": (False, False, False),
     "gemma": ("attention_bias", "attention_bias", False),
     "gemma2": ("attention_bias", "attention_bias", False),
+    "gemma3_text": ("attention_bias", "attention_bias", False),
 }
 
 
@@ -237,14 +239,16 @@ def _sliding(c: dict) -> tuple[int | None, list[str]]:
         qwen3_moe          with `use_sliding_window`: every layer
         llama, olmoe,      never (a `sliding_window` field is ignored)
         gemma
-        gemma2             the layers `layer_types` names, by default the even ones (`_gemma2`)
+        gemma2, gemma3     the layers `layer_types` names; by default all but every `pattern`-th: the even
+                           ones (Gemma 2: 2), five layers of six (Gemma 3: `sliding_window_pattern`, 6)
 
     Qwen2, Qwen3 and Qwen2-MoE follow an explicit `layer_types` list instead (transformers 5 writes one).
     """
     model_type, n = c["model_type"], c["num_hidden_layers"]
-    if model_type == "gemma2":
-        return c.get("sliding_window"), list(c.get("layer_types") or
-                                             ["full_attention" if i % 2 else "sliding_attention" for i in range(n)])
+    if model_type in ("gemma2", "gemma3_text"):
+        pattern = 2 if model_type == "gemma2" else c.get("sliding_window_pattern", 6)  # as transformers reads it
+        return c.get("sliding_window"), list(c.get("layer_types") or ["full_attention" if (i + 1) % pattern == 0
+                                                                      else "sliding_attention" for i in range(n)])
     switched = model_type in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe")  # off unless use_sliding_window
     window = c.get("sliding_window") if not switched or c["use_sliding_window"] else None
     if model_type in ("llama", "olmoe", "gemma") or not window:
@@ -268,8 +272,8 @@ def _rope(c: dict) -> tuple[float, dict | None]:
     """
     params = dict(c.get("rope_scaling") or c.get("rope_parameters") or {})
     if set(params) & {"full_attention", "sliding_attention"}:
-        raise TinyInferError(f"config.json ({c['model_type']}): RoPE parameters per layer type are not supported; "
-                             "give one rope_parameters dict for all layers")
+        raise TinyInferError(f"config.json ({c['model_type']}): RoPE parameters per layer type are not supported "
+                             "(only Gemma 3 has them); give one rope_parameters dict for all layers")
     theta = float(params.get("rope_theta") or c["rope_theta"])
     kind = params.get("rope_type", params.get("type", "default"))
     if kind in ("default", "dynamic"):
@@ -427,10 +431,62 @@ def _gemma2(c: dict) -> dict:
     fields = dict(_gemma_base(c, "hidden_activation", "hidden_act"), post_norms=True,
                   query_pre_attn_scalar=c["query_pre_attn_scalar"], attn_softcap=c["attn_logit_softcapping"],
                   final_softcap=c["final_logit_softcapping"])
+    return _check_window(c, fields)
+
+
+def _check_window(c: dict, fields: dict) -> dict:
     if "sliding_attention" in fields["layer_types"] and fields["sliding_window"] is None:
-        raise TinyInferError("config.json (gemma2): layers slide (layer_types) but sliding_window is null; "
+        raise TinyInferError(f"config.json ({c['model_type']}): layers slide (layer_types) but sliding_window is null; "
                              "give the window's size")
     return fields
+
+
+def _gemma3(c: dict) -> dict:
+    """Gemma 3 (text): Gemma 2's body (four norms per layer, query_pre_attn_scalar, soft-capped logits when
+    final_logit_softcapping is set) with q and k each normed per head (scaling by 1 + weight) before RoPE, no
+    attention soft cap, a window on five layers of six, and two RoPEs: the global layers rotate with rope_theta
+    (1e6) and its scaling (linear x8 on the 4B and larger), the sliding ones with rope_local_base_freq (1e4),
+    unscaled. Its activation is `hidden_activation`."""
+    if c.get("attn_logit_softcapping") is not None:  # Gemma3Attention never passes it to the attention
+        raise TinyInferError(f"config.json (gemma3_text): attn_logit_softcapping={c['attn_logit_softcapping']} is not "
+                             "supported: transformers' Gemma 3 ignores it, so its meaning is unclear; set it to null")
+    global_rope, local_theta = _gemma3_rope(c)
+    fields = dict(_gemma_base({**c, "rope_scaling": None, "rope_parameters": global_rope}, "hidden_activation",
+                              "hidden_act"),
+                  post_norms=True, qk_norm=True, query_pre_attn_scalar=c["query_pre_attn_scalar"],
+                  final_softcap=c["final_logit_softcapping"], local_rope_theta=local_theta)
+    return _check_window(c, fields)
+
+
+GEMMA3_THETAS = {"global": 1_000_000.0, "local": 10_000.0}  # transformers' Gemma3TextConfig.default_theta
+
+
+def _gemma3_rope(c: dict) -> tuple[dict, float]:
+    """(the global layers' rope parameters, the sliding layers' theta), from either dialect, as transformers 5
+    reads them:
+
+        older files:     "rope_theta": 1e6, "rope_local_base_freq": 1e4, "rope_scaling": {"rope_type": "linear", ...}
+        transformers 5:  "rope_parameters": {"full_attention": {"rope_type": ..., "rope_theta": 1e6, ...},
+                                             "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}
+
+    `rope_scaling` is merged into the global layers' parameters. What transformers 5 would silently ignore (a flat
+    rope_parameters, a rope_scaling naming its kind by `type` only) is refused, and so is scaled local RoPE.
+    """
+    params = c.get("rope_parameters") or {}
+    if set(params) - {"full_attention", "sliding_attention"}:
+        raise TinyInferError("config.json (gemma3_text): rope_parameters must be given per layer type, "
+                             '{"full_attention": {...}, "sliding_attention": {...}} (transformers 5 ignores a flat one)')
+    scaling = c.get("rope_scaling") or {}
+    if "type" in scaling and "rope_type" not in scaling:
+        raise TinyInferError(f"config.json (gemma3_text): rope_scaling names its kind by 'type' ({scaling['type']!r}), "
+                             "which transformers 5 ignores for Gemma 3; write it as 'rope_type'")
+    global_rope = {"rope_type": "default", **(params.get("full_attention") or {}), **scaling}
+    global_rope.setdefault("rope_theta", c.get("rope_theta", GEMMA3_THETAS["global"]))
+    local_rope = params.get("sliding_attention") or {}
+    if local_rope.get("rope_type", "default") != "default":
+        raise TinyInferError(f"config.json (gemma3_text): scaled RoPE on the sliding layers "
+                             f"({local_rope['rope_type']!r}) is not supported; only their rope_theta is")
+    return global_rope, float(local_rope.get("rope_theta", c.get("rope_local_base_freq", GEMMA3_THETAS["local"])))
 
 
 # What transformers takes for a field that config.json leaves out: its config class's default. Files written by
@@ -466,6 +522,11 @@ HF_DEFAULTS = {
     "gemma2": dict(_GEMMA_LIKE, hidden_activation="gelu_pytorch_tanh", num_key_value_heads=4,
                    query_pre_attn_scalar=256, sliding_window=4096, layer_types=None, final_logit_softcapping=30.0,
                    attn_logit_softcapping=50.0),
+    # rope_theta: per layer type, GEMMA3_THETAS
+    "gemma3_text": dict({k: v for k, v in _GEMMA_LIKE.items() if k != "rope_theta"}, max_position_embeddings=131072,
+                        hidden_activation="gelu_pytorch_tanh", num_key_value_heads=4, query_pre_attn_scalar=256,
+                        sliding_window=4096, layer_types=None, final_logit_softcapping=None,
+                        attn_logit_softcapping=None, use_bidirectional_attention=False),
 }
 
 # model_type -> function translating its config.json into Config fields
@@ -482,12 +543,15 @@ HF_CONFIG_READERS = {
     "phi3": _phi3,
     "gemma": _gemma,
     "gemma2": _gemma2,
+    "gemma3_text": _gemma3,
 }
 
 
 def config_from_hf(c: dict) -> Config:
     """Translate a parsed HF config.json into a Config (see the module docstring for the dialects)."""
     model_type = c.get("model_type")
+    if model_type == "gemma3":  # Gemma 3 4B and larger: a vision tower beside the text model
+        return config_from_hf(_gemma3_text_config(c))
     if model_type not in HF_CONFIG_READERS:
         raise TinyInferError(
             f"config.json: model_type {model_type!r} is not supported; supported: {', '.join(HF_CONFIG_READERS)}"
@@ -510,6 +574,20 @@ def config_from_hf(c: dict) -> Config:
         eos_token_ids=list(eos) if isinstance(eos, list) else ([] if eos is None else [eos]),
         torch_dtype=c.get("dtype") or c.get("torch_dtype"),
     )
+
+
+def _gemma3_text_config(c: dict) -> dict:
+    """The text model's config.json of a multimodal Gemma 3 (its `text_config`, with the file's token ids and
+    dtype): tinyinfer runs the text model alone, its tensors read from under `language_model.` (weights.py)."""
+    text = c.get("text_config")
+    if not isinstance(text, dict) or text.get("model_type", "gemma3_text") != "gemma3_text":
+        raise TinyInferError("config.json (gemma3): this multimodal config has no Gemma 3 text_config; only the "
+                             "text-only Gemma 3 (gemma3_text), or the text model of a multimodal one, is supported")
+    if c.get("tie_word_embeddings", True) != text.get("tie_word_embeddings", True):
+        raise TinyInferError("config.json (gemma3): tie_word_embeddings differs between the file and its text_config; "
+                             "make the two the same")
+    outer = {key: c[key] for key in ("bos_token_id", "eos_token_id", "dtype", "torch_dtype") if c.get(key) is not None}
+    return {**text, **outer, "model_type": "gemma3_text"}
 
 
 def read_json(path: Path, what: str) -> dict:

@@ -8,7 +8,9 @@
 
 Architectures differ by switches in their Config, not by code paths: Gemma 2 norms each sublayer's output
 again before adding it (`post_norms`: x = x + norm(attention(norm(x)))) and soft-caps attention scores and
-logits; Phi-3 rotates part of each head; Gemma's norms scale by 1 + weight (tinyinfer/norms.py).
+logits; Phi-3 rotates part of each head; Gemma's norms scale by 1 + weight (tinyinfer/norms.py); Gemma 3's
+sliding layers rotate with a RoPE of their own (`local_rope_theta`), so a pass computes one (cos, sin) pair per
+RoPE setting and each layer takes its own.
 
 One function serves prefill (a whole prompt) and decode (one token), for one sequence or many at once:
 `forward` takes a list of `SeqChunk`s, each some new tokens of one sequence. Linear layers run on all
@@ -30,7 +32,7 @@ from tinyinfer.flash_attention import tiled_attention
 from tinyinfer.kv_cache import ContiguousKVCache
 from tinyinfer.mlp import gelu_mlp, linear, swiglu
 from tinyinfer.moe import moe_feed_forward
-from tinyinfer.norms import apply_norm, rms_norm
+from tinyinfer.norms import apply_norm
 from tinyinfer.rope import apply_partial_rope, inv_frequencies, rope_angles, rope_attention_factor
 from tinyinfer.weights import arrange_for_matvec
 
@@ -74,6 +76,8 @@ class Model:
         self.generation_config = generation_config or {}
         self.inv_freq = inv_frequencies(config.rotary_dim, config.rope_theta, config.rope_scaling)
         self.rope_factor = rope_attention_factor(config.rope_scaling)  # YaRN, longrope: q and k scaled (via cos, sin)
+        self.local_inv_freq = (None if config.local_rope_theta is None  # Gemma 3's sliding layers: their own theta
+                               else inv_frequencies(config.rotary_dim, config.local_rope_theta))
         self.expert_load = None  # filled by Mixture-of-Experts layers when routing statistics are asked for
         self.quantization = None  # the Scheme its weights were quantised with (tinyinfer/quantize.py), if any
         self.adapters = None  # the LoRA adapters loaded on its weights (tinyinfer/lora.py), if any
@@ -92,13 +96,15 @@ class Model:
             x = x * self.dtype.type(np.float32(cfg.embed_scale))
         if cfg.position == "learned":
             x = x + p["pos_embed"][to_device(positions, self.device)]  # GPT-2 adds a learned position vector
-        rope = self._rope(positions) if cfg.position == "rope" else None
+        rope = self._rope(positions, self.inv_freq, self.rope_factor) if cfg.position == "rope" else None
+        local_rope = rope if self.local_inv_freq is None else self._rope(positions, self.local_inv_freq)
         if self.adapters is not None:
             self.adapters.route(chunks, self.xp)  # which rows take which LoRA adapter, in every layer of this pass
         plan = self._plan_attention(chunks, cache)
         for i, layer in enumerate(p["layers"]):
             h = apply_norm(x, layer["attn_norm"], cfg.norm, cfg.norm_eps)
-            h = self.attention_block(i, layer, h, chunks, plan, rope, cache)  # [T, d]
+            layer_rope = local_rope if cfg.layer_types[i] == "sliding_attention" else rope
+            h = self.attention_block(i, layer, h, chunks, plan, layer_rope, cache)  # [T, d]
             x = x + (apply_norm(h, layer["post_attn_norm"], cfg.norm, cfg.norm_eps) if cfg.post_norms else h)
             h = apply_norm(x, layer["mlp_norm"], cfg.norm, cfg.norm_eps)
             h = self.feed_forward(i, layer, h)  # [T, d]
@@ -181,8 +187,8 @@ class Model:
         looped = [j for j, c in enumerate(chunks) if len(c.tokens) != 1]
         return AttentionPlan(first_rows, decode_groups, looped)
 
-    def _rope(self, positions: np.ndarray):
-        cos, sin = rope_angles(positions, self.inv_freq, self.dtype, self.rope_factor)  # 2 x [T, hd/2]
+    def _rope(self, positions: np.ndarray, inv_freq: np.ndarray, attention_factor: float = 1.0):
+        cos, sin = rope_angles(positions, inv_freq, self.dtype, attention_factor)  # 2 x [T, hd/2]
         return to_device(cos, self.device), to_device(sin, self.device)
 
     def _check_ids(self, ids: np.ndarray, positions: np.ndarray) -> None:
@@ -230,10 +236,12 @@ class Model:
 
 
 def _qk_norm(x, weight, cfg: Config):
-    """RMSNorm of q or k [T, heads, hd]: over each head (Qwen3), or over the whole projection (OLMoE)."""
+    """The model's RMSNorm (Gemma 3's scales by 1 + weight) of q or k [T, heads, hd]: over each head (Qwen3,
+    Gemma 3), or over the whole projection (OLMoE)."""
     if cfg.qk_norm_span == "full":
-        return rms_norm(x.reshape(x.shape[0], -1), weight, cfg.norm_eps).reshape(x.shape)  # [T, heads*hd] as one
-    return rms_norm(x, weight, cfg.norm_eps)
+        flat = x.reshape(x.shape[0], -1)  # [T, heads, hd] -> [T, heads*hd], normed as one
+        return apply_norm(flat, {"weight": weight}, cfg.norm, cfg.norm_eps).reshape(x.shape)
+    return apply_norm(x, {"weight": weight}, cfg.norm, cfg.norm_eps)
 
 
 def leaves(tree):

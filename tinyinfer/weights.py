@@ -106,7 +106,7 @@ def gpt2_params(get: Getter, cfg: Config) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Llama family (llama, mistral, qwen2, qwen3, gemma, gemma2; phi3 with fused weights): nn.Linear layers, RMSNorm,
+# Llama family (llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3_text; phi3 with fused weights): nn.Linear layers, RMSNorm,
 # a gated MLP.
 # ---------------------------------------------------------------------------------------------------------------
 
@@ -242,6 +242,7 @@ PARAM_BUILDERS = {
     "phi3": (phi3_params, ()),
     "gemma": (llama_params, ()),
     "gemma2": (llama_params, ()),
+    "gemma3_text": (llama_params, ("language_model.",)),  # a multimodal Gemma 3 keeps its text model there
 }
 
 
