@@ -226,6 +226,31 @@ def test_unsupported_keywords_are_refused_with_keyword_and_path(schema, message)
         schema_to_grammar(schema)
 
 
+@pytest.mark.parametrize("schema, message", [
+    ({"type": 5}, "at #: type must be a type name or a list of type names, not 5"),
+    ({"properties": 3}, "properties must be an object whose values are schemas, not 3"),
+    ({"properties": {"a": {"required": "a"}}}, "at #/properties/a: required must be a list of property names"),
+    ({"enum": 3}, "enum must be a list of values"),
+    ({"anyOf": []}, "anyOf must be a non-empty list of schemas, not []"),
+    ({"allOf": [3]}, "allOf must be a non-empty list of schemas, not [3]"),
+    ({"type": "string", "minLength": "x"}, "minLength must be a non-negative integer, not 'x'"),
+    ({"type": "array", "maxItems": True}, "maxItems must be a non-negative integer, not True"),
+    ({"type": "string", "pattern": 5}, "pattern must be a string"),
+    ({"type": "string", "format": 3}, "format must be a string"),
+    ({"$ref": 5}, "$ref must be a string"),
+    ({"type": "number", "multipleOf": 0}, "multipleOf must be a number greater than 0, not 0"),
+    ({"type": "number", "minimum": "1"}, "minimum must be a number, not '1'"),
+    ({"not": 3}, "not must be a schema (an object or a boolean), not 3"),
+    ({"type": "object", "dependencies": "x"}, "dependencies must be an object whose values are schemas or lists"),
+    ({"anyOf": [{"type": 3}, {"type": "null"}]}, "at #/anyOf/0: type must be"),  # read by the merge before compiled
+    ({"allOf": [{"items": [{"contains": []}]}]}, "at #/allOf/0/items/0: contains must be a schema"),
+])
+def test_malformed_keyword_values_are_refused_with_keyword_and_path(schema, message):
+    """Values whose shape the JSON Schema specification does not allow: a clear error, not a crash inside."""
+    with pytest.raises(TinyInferError, match=re.escape(message)):
+        schema_to_grammar(schema)
+
+
 def test_annotations_are_ignored_and_any_json_grammar_parses_json():
     parser = parser_of({"title": "t", "description": "d", "examples": [1], "default": 2, "type": "boolean"})
     assert accepts(parser, "true") and not accepts(parser, '"true"')

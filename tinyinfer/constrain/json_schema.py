@@ -132,6 +132,7 @@ MAX_PATTERN_PROPERTIES = 4  # each key pattern doubles the kinds of undeclared k
 
 def schema_to_grammar(schema) -> Grammar:
     """Compile a JSON Schema (a dict or a bool) into a Grammar whose root derives valid instances."""
+    _check_shapes(schema, "#")
     try:
         return _Compiler(schema).grammar()
     except RecursionError:  # merging recursive schemas (allOf of $refs that recurse) unrolls forever
@@ -818,6 +819,82 @@ def _object_body(entries: list, required: list[bool], extra, nonempty: bool, rul
 
 
 # ---------------------------------------------------------------- schema helpers
+def _is_count(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _is_names(v) -> bool:
+    return isinstance(v, list) and all(isinstance(name, str) for name in v)
+
+
+def _is_schema(v) -> bool:
+    return isinstance(v, (dict, bool))
+
+
+def _is_schemas(v) -> bool:
+    return all(_is_schema(member) for member in (v.values() if isinstance(v, dict) else v))
+
+
+SINGLE_SUBSCHEMAS = ("not", "if", "then", "else", "contains", "propertyNames", "additionalProperties",
+                     "additionalItems", "unevaluatedProperties", "unevaluatedItems")
+LISTS_OF_SUBSCHEMAS = ("allOf", "anyOf", "oneOf", "prefixItems")
+OBJECTS_OF_SUBSCHEMAS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+
+# keyword -> (test of its value, what the specification says it must be)
+KEYWORD_SHAPES = {
+    "type": (lambda v: isinstance(v, str) or _is_names(v), "a type name or a list of type names"),
+    "enum": (lambda v: isinstance(v, list), "a list of values"),
+    "required": (_is_names, "a list of property names"),
+    **{key: (lambda v: isinstance(v, list) and len(v) > 0 and _is_schemas(v), "a non-empty list of schemas")
+       for key in ("allOf", "anyOf", "oneOf")},
+    "prefixItems": (lambda v: isinstance(v, list) and _is_schemas(v), "a list of schemas"),
+    **{key: (lambda v: isinstance(v, dict) and _is_schemas(v), "an object whose values are schemas")
+       for key in ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")},
+    "dependentRequired": (lambda v: isinstance(v, dict) and all(_is_names(n) for n in v.values()),
+                          "an object whose values are lists of property names"),
+    "dependencies": (lambda v: isinstance(v, dict) and all(_is_schema(d) or _is_names(d) for d in v.values()),
+                     "an object whose values are schemas or lists of property names"),
+    **{key: (_is_schema, "a schema (an object or a boolean)") for key in SINGLE_SUBSCHEMAS},
+    "items": (lambda v: _is_schema(v) or (isinstance(v, list) and _is_schemas(v)), "a schema or a list of schemas"),
+    **{key: (_is_count, "a non-negative integer") for key in ("minLength", "maxLength", "minItems", "maxItems",
+                                                              "minProperties", "maxProperties", "minContains",
+                                                              "maxContains")},
+    **{key: (_is_number, "a number") for key in ("minimum", "maximum")},
+    **{key: (lambda v: _is_number(v) or isinstance(v, bool), "a number (or, in draft 4, a boolean)")
+       for key in ("exclusiveMinimum", "exclusiveMaximum")},
+    "multipleOf": (lambda v: _is_number(v) and v > 0, "a number greater than 0"),
+    **{key: (lambda v: isinstance(v, str), "a string") for key in ("pattern", "format", "$ref", "$anchor")},
+    "uniqueItems": (lambda v: isinstance(v, bool), "true or false"),
+}
+
+
+def _check_shapes(schema, path: str) -> None:
+    """Every keyword of `schema` and of all its subschemas has a value of the shape the specification gives it,
+    checked once before the compiler reads any of them (it reads some, e.g. to merge allOf, before compiling).
+
+    _check_shapes({"properties": {"a": {"required": "b"}}}, "#") -> TinyInferError: JSON schema at
+    #/properties/a: required must be a list of property names, not 'b'"""
+    if not isinstance(schema, dict):
+        return  # a boolean schema; anything else is refused where it is compiled, with its path
+    for key, value in schema.items():
+        test, shape = KEYWORD_SHAPES.get(key, (None, None))
+        if test is not None and not test(value):
+            raise schema_error(path, f"{key} must be {shape}, not {value!r}")
+    for key, value in schema.items():
+        if key in SINGLE_SUBSCHEMAS or (key == "items" and isinstance(value, dict)):
+            _check_shapes(value, f"{path}/{key}")
+        elif key in LISTS_OF_SUBSCHEMAS or (key == "items" and isinstance(value, list)):
+            for i, member in enumerate(value):
+                _check_shapes(member, f"{path}/{key}/{i}")
+        elif key in OBJECTS_OF_SUBSCHEMAS or key == "dependencies":
+            for name, member in value.items():
+                _check_shapes(member, f"{path}/{key}/{name}")
+
+
 def _check_keywords(schema: dict, path: str) -> None:
     for key, value in schema.items():
         if key in UNSUPPORTED and value not in ({}, True) and not (key == "dependencies" and value == {}):
