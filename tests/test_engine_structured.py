@@ -5,19 +5,27 @@ text, n = 2, preemption, prefix-cache hits), and that output parses and validate
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import jsonschema
+import numpy as np
 import pytest
 import test_server
 from test_server import post, stream_events
 
+import tinyinfer
 from tinyinfer.chat import ChatTemplate
 from tinyinfer.constrain import build_constraint, tool_call_schema
 from tinyinfer.engine import LLM
 from tinyinfer.errors import TinyInferError
-from tinyinfer.generation import eos_ids
+from tinyinfer.generation import constraint_vocabulary, eos_ids
+from tinyinfer.safetensors_io import Checkpoint
 from tinyinfer.sampling import SamplingParams
 
+ROOT = Path(__file__).resolve().parents[1]
 model, server = test_server.model, test_server.server  # its fixtures: the shakespeare model, a served LLM
 
 # Bounded schemas: every string, number and array has a size limit, so each output completes (and ends with
@@ -272,3 +280,41 @@ def test_a_structure_that_cannot_be_built_is_a_400_naming_the_field(server, path
     status, body = post(server, path, {**request, "max_tokens": 5, **extra})
     assert status == 400 and body["error"]["param"] == param and words in body["error"]["message"], body
     assert server.engine.llm.scheduler.allocator.num_free == server.engine.llm.cache.n_blocks  # nothing ran
+
+
+# -- a model whose output layer has more rows than its tokenizer has tokens (Phi-3: 32,064 for 32,011) --------
+
+
+@pytest.fixture(scope="module")
+def padded_folder(tmp_path_factory):
+    """The built-in model with 64 padding rows appended to its (tied) embedding and output layer."""
+    from safetensors.numpy import save_file  # noqa: PLC0415
+
+    source = ROOT / "tinyinfer" / "models" / "shakespeare"
+    folder = tmp_path_factory.mktemp("padded")
+    for name in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
+        shutil.copy(source / name, folder / name)
+    checkpoint = Checkpoint(source / "model.safetensors")  # bf16 on disk, read as float32
+    tensors = {name: checkpoint.get(name, np.float32) for name in checkpoint.names()}
+    table = tensors["model.embed_tokens.weight"]
+    tensors["model.embed_tokens.weight"] = np.concatenate([table, np.full((64, table.shape[1]), 0.5, table.dtype)])
+    save_file(tensors, folder / "model.safetensors")  # rows of 0.5: without the mask they would win the argmax
+    config = json.loads((source / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "vocab_size": table.shape[0] + 64, "dtype": "float32"}))
+    return folder
+
+
+def test_padding_rows_of_the_output_layer_are_masked_by_the_engine_and_the_cli(padded_folder):
+    padded = tinyinfer.load(padded_folder)
+    assert padded.config.vocab_size == padded.tokenizer.vocab_size + 64
+    vocabulary = constraint_vocabulary(padded)
+    params = SamplingParams(max_tokens=MAX_TOKENS, temperature=1.0, seed=3)
+    out = LLM(padded).generate([PROMPTS[0]], params, constraint=lambda: build_constraint("json_schema", PERSON, vocabulary))
+    jsonschema.validate(json.loads(out[0].text), PERSON)
+    schema_file = padded_folder / "person.json"
+    schema_file.write_text(json.dumps(PERSON))
+    run = subprocess.run([sys.executable, "-m", "tinyinfer", "generate", "--model", str(padded_folder), "ROMEO:",
+                          "--json-schema", str(schema_file), "--seed", "3", "--max-tokens", str(MAX_TOKENS)],
+                         capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert run.returncode == 0, run.stderr
+    jsonschema.validate(json.loads(run.stdout), PERSON)

@@ -173,6 +173,18 @@ def generate_tokens(model, prompt_ids: list[int], sampler: Sampler, timings: Tim
     # END EXERCISE 5.2
 
 
+def constraint_vocabulary(model):
+    """What a constraint on this model masks (a tinyinfer.constrain Vocabulary): one entry per row of its logits
+    (the tokenizer's tokens, then empty ones, never allowed, for padding rows such as Phi-3's), and its EOS ids
+    (allowed when the grammar may end)."""
+    from tinyinfer.constrain.mask import Vocabulary  # noqa: PLC0415 - only structured output needs it
+
+    tokenizer, rows = model.tokenizer, model.config.vocab_size
+    known = min(tokenizer.vocab_size, rows)
+    token_bytes = [tokenizer.token_bytes(i) for i in range(known)] + [b""] * (rows - known)
+    return Vocabulary(token_bytes, sorted(i for i in eos_ids(model) if i < rows), getattr(tokenizer, "special_ids", ()))
+
+
 def eos_ids(model) -> set[int]:
     """The model's end-of-sequence ids: from its config (generation_config.json) and its tokenizer."""
     ids = set(model.config.eos_token_ids)

@@ -127,9 +127,10 @@ def constraint_factory(args, model):
     if model.tokenizer is None:
         raise TinyInferError("structured output needs the model's tokenizer: load a model that has one")
     from tinyinfer.constrain import build_constraint  # noqa: PLC0415
-    from tinyinfer.generation import eos_ids  # noqa: PLC0415
+    from tinyinfer.generation import constraint_vocabulary  # noqa: PLC0415
 
-    return lambda: build_constraint(kind, spec, model.tokenizer, sorted(eos_ids(model)))
+    vocabulary = constraint_vocabulary(model)  # one entry per row of the logits, padding rows included
+    return lambda: build_constraint(kind, spec, vocabulary)
 
 
 def run(args) -> int:

@@ -39,14 +39,13 @@ from typing import TYPE_CHECKING
 
 from tinyinfer.constrain import (
     Constraint,
-    Vocabulary,
     build_constraint,
     parse_tool_calls,
     tool_call_grammar,
 )
 from tinyinfer.constrain.tools import tool_functions
 from tinyinfer.errors import TinyInferError
-from tinyinfer.generation import check_fits, encode_prompt, eos_ids, resolve_params
+from tinyinfer.generation import check_fits, constraint_vocabulary, encode_prompt, resolve_params
 from tinyinfer.sampling import SamplingParams
 
 if TYPE_CHECKING:
@@ -240,15 +239,6 @@ def tool_choice(body: dict, chat: bool) -> tuple[list[dict], bool] | None:
         raise RequestError(f"tool_choice names the function {name!r}, which is not among the tools {names}",
                            "tool_choice")
     return [tools[names.index(name)]], False
-
-
-def constraint_vocabulary(model) -> Vocabulary:
-    """What the server's constraints mask: one entry per row of the model's logits (the tokenizer's tokens, then
-    empty ones, never allowed, for padding rows), and the model's EOS ids (allowed when the grammar may end)."""
-    tokenizer, rows = model.tokenizer, model.config.vocab_size
-    known = min(tokenizer.vocab_size, rows)
-    token_bytes = [tokenizer.token_bytes(i) for i in range(known)] + [b""] * (rows - known)
-    return Vocabulary(token_bytes, sorted(i for i in eos_ids(model) if i < rows), getattr(tokenizer, "special_ids", ()))
 
 
 def fit_max_tokens(model, prompt_ids: list[int], params: SamplingParams, given: bool) -> SamplingParams:
