@@ -111,7 +111,7 @@ def serve_and_report(args, blas: str) -> int:
     print(f"workload: {args.requests} requests, Poisson arrivals at {args.rate:g}/s, prompts {args.prompt_len} "
           f"tokens, max_tokens {args.output_len}, temperature {args.temperature:g}, EOS allowed; "
           f"engine: {args.concurrency} concurrent sequences, blocks of {args.block_size}, "
-          f"{args.max_batched_tokens} tokens per step; {blas}")
+          f"{args.max_batched_tokens} tokens per step, KV cache {args.kv_cache_dtype}; {blas}")
     rounds = [serve_all_modes(model, workload, engine) for _ in range(args.rounds)]
     (sequential, _), (static, _), (continuous, continuous_llm) = (
         max(runs, key=lambda run: run[0].throughput) for runs in zip(*rounds))  # the fastest run of each mode
