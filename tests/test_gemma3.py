@@ -56,6 +56,8 @@ VARIANTS = {
     "gemma3": ({}, "float32", False),
     "gemma3_linear": (LINEAR, "float32", False),
     "gemma3_old_config": (LINEAR, "float32", True),
+    "gemma3_yarn": ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32}},
+                    "float32", False),  # the global layers' RoPE goes through tinyinfer/rope.py like any other
     "gemma3_softcap_bias": ({"final_logit_softcapping": 5.0, "attention_bias": True}, "float32", False),
     "gemma3_bf16": ({}, "bfloat16", False),
     "gemma3_multimodal": ({}, "float32", False),  # Gemma3ForConditionalGeneration
