@@ -253,6 +253,7 @@ TOO_LONG = list(range(10, 600))  # 590 token ids: more than the 512-token contex
 
 @pytest.mark.parametrize("path, body, status, param, words", [
     ("/v1/completions", b'{"prompt": "ROMEO:", ', 400, None, "not valid JSON"),
+    ("/v1/completions", b"[" * 100_000, 400, None, "not valid JSON"),  # nested too deep for the parser
     ("/v1/completions", b'["ROMEO:"]', 400, None, "not an object"),
     ("/v1/completions", b"", 400, None, "body is empty"),
     ("/v1/completions", {"prompt": "ROMEO:", "temperature": "hot"}, 400, "temperature", "not a number"),
@@ -294,6 +295,19 @@ def test_an_internal_error_is_a_500_and_the_engine_keeps_serving(server, model, 
     monkeypatch.undo()
     assert post(server, "/v1/completions", {"prompt": "ROMEO:", "max_tokens": 3})[0] == 200
     assert server.engine.llm.scheduler.allocator.num_free == N_BLOCKS
+
+
+def test_a_bug_outside_a_step_does_not_stop_the_engine_thread(server, monkeypatch, capsys):
+    """The engine thread runs every call in a guard: a bug in an abort (each request ends with one) is a 500 for
+    the requests in flight at worst, never a dead thread that leaves every later request waiting forever."""
+    def broken_abort(request_id):
+        raise RuntimeError("a bug in abort")
+
+    monkeypatch.setattr(server.engine.llm, "abort", broken_abort)
+    assert post(server, "/v1/completions", {"prompt": "ROMEO:", "max_tokens": 3})[0] == 200
+    monkeypatch.undo()
+    assert post(server, "/v1/completions", {"prompt": "ROMEO:", "max_tokens": 3})[0] == 200
+    assert server.engine.thread.is_alive() and "a bug in abort" in capsys.readouterr().err
 
 
 def test_cli_a_port_in_use_is_one_error_line():

@@ -79,7 +79,7 @@ def read_json(stream, length) -> dict:
     try:
         size = int(length or 0)
         body = json.loads(stream.read(size)) if size > 0 else None
-    except (ValueError, UnicodeDecodeError) as e:  # JSONDecodeError is a ValueError, so is a bad length
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:  # bad JSON or length, or nesting too deep
         raise RequestError(f"the request body is not valid JSON ({e}): send a JSON object") from None
     if not isinstance(body, dict):
         what = "empty" if body is None else f"a JSON {type(body).__name__}"

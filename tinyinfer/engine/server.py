@@ -36,10 +36,12 @@ is answered 500, and the engine thread carries on with the other requests.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import queue
-import select
+import selectors
 import socket
+import traceback
 import threading
 import time
 from dataclasses import dataclass, field
@@ -103,9 +105,22 @@ class Engine:
             for call in calls:
                 if call is STOP:
                     return
-                call()
+                self._guarded(call)
             if self.llm.has_unfinished():
-                self._step()
+                self._guarded(self._step)
+
+    def _guarded(self, call) -> None:
+        """Run one call of the loop; a bug in it fails the requests in flight, and the thread keeps serving."""
+        try:
+            call()
+        except Exception as e:  # noqa: BLE001 - a bug: the engine thread must outlive it, or every request hangs
+            traceback.print_exc()  # the server's log: the client only gets a 500 with the message
+            routes, self.routes = self.routes, {}
+            for submission in routes.values():
+                submission.events.put(e)  # first unblock every handler waiting on a request in flight
+            for rid in routes:
+                with contextlib.suppress(Exception):  # best effort: the engine's state may be what failed
+                    self.llm.abort(rid)
 
     def _admit(self, submission: Submission) -> None:
         added = []
@@ -126,18 +141,12 @@ class Engine:
             self.routes.pop(rid, None)
 
     def _step(self) -> None:
-        try:
-            outputs = self.llm.step()
-            for out in outputs:
-                self.routes[out.request_id].events.put(out)
-            for out in outputs:  # a second pass: two samples of one request may finish in the same step
-                if out.request_id not in self.llm.requests:  # all its samples finished
-                    self.routes.pop(out.request_id, None)
-        except Exception as e:  # noqa: BLE001 - a bug: fail the requests in flight, keep serving new ones
-            for rid, submission in self.routes.items():
-                self.llm.abort(rid)
-                submission.events.put(e)
-            self.routes.clear()
+        outputs = self.llm.step()
+        for out in outputs:
+            self.routes[out.request_id].events.put(out)
+        for out in outputs:  # a second pass: two samples of one request may finish in the same step
+            if out.request_id not in self.llm.requests:  # all its samples finished
+                self.routes.pop(out.request_id, None)
 
 
 class Server(ThreadingHTTPServer):
@@ -224,6 +233,8 @@ class Handler(BaseHTTPRequestHandler):
             try:
                 event = submission.events.get(timeout=POLL_S)
             except queue.Empty:
+                if not self.server.engine.thread.is_alive():
+                    raise RequestError("the engine has stopped: restart the server", status=503) from None
                 event = None
             if self._client_gone():  # on every event too: while the engine runs, the queue is never empty for long
                 raise ClientGone
@@ -237,11 +248,13 @@ class Handler(BaseHTTPRequestHandler):
 
     def _client_gone(self) -> bool:
         """The client closed its end: its socket reads as end-of-file (peeked, so nothing is consumed)."""
-        try:
-            readable, _, _ = select.select([self.connection], [], [], 0)
-            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
-        except OSError:
-            return True
+        with selectors.DefaultSelector() as selector:  # poll/epoll where there is one: any file number works
+            selector.register(self.connection, selectors.EVENT_READ)
+            try:
+                readable = bool(selector.select(timeout=0))
+                return readable and self.connection.recv(1, socket.MSG_PEEK) == b""
+            except OSError:
+                return True
 
     def _stream(self, chunks) -> None:
         """Server-Sent Events: a `data:` line per chunk, a blank line after each, and [DONE] at the end."""
