@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import shutil
 import signal
 import socket
 import subprocess
@@ -13,6 +14,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 from conftest import shared_data
@@ -254,6 +256,7 @@ TOO_LONG = list(range(10, 600))  # 590 token ids: more than the 512-token contex
 @pytest.mark.parametrize("path, body, status, param, words", [
     ("/v1/completions", b'{"prompt": "ROMEO:", ', 400, None, "not valid JSON"),
     ("/v1/completions", b"[" * 100_000, 400, None, "not valid JSON"),  # nested too deep for the parser
+    ("/v1/completions", {"prompt": "x", "logprobs": 1, "top_logprobs": 2}, 400, "top_logprobs", "a chat field"),
     ("/v1/completions", b'["ROMEO:"]', 400, None, "not an object"),
     ("/v1/completions", b"", 400, None, "body is empty"),
     ("/v1/completions", {"prompt": "ROMEO:", "temperature": "hot"}, 400, "temperature", "not a number"),
@@ -319,6 +322,18 @@ def test_cli_a_port_in_use_is_one_error_line():
                               check=False, capture_output=True, text=True, timeout=60)
     assert done.returncode == 1
     assert done.stderr.startswith(f"error: cannot listen on 127.0.0.1:{port}") and done.stderr.count("\n") == 1
+
+
+def test_cli_a_broken_chat_template_file_stops_the_server_at_start(tmp_path):
+    """A model without a chat template is served (its chat endpoint says so); a broken template file is an error."""
+    folder = tmp_path / "model"
+    shutil.copytree(Path(tinyinfer.__file__).parent / "models" / "shakespeare", folder)
+    (folder / "chat_template.json").write_text("{")
+    done = subprocess.run([sys.executable, "-m", "tinyinfer", "serve", "--model", str(folder), "--port", "0"],
+                          check=False, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert done.stderr.startswith("error: ") and "chat_template.json is not valid JSON" in done.stderr
+    assert done.stderr.count("\n") == 1
 
 
 def test_cli_serves_and_stops_cleanly_on_ctrl_c():

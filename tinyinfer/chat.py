@@ -85,6 +85,17 @@ class ChatTemplate:
         Like HF, a `chat_template.jinja` (or `chat_template.json`) file in the folder wins over the
         `chat_template` field of tokenizer_config.json.
         """
+        template = cls.from_pretrained_if_any(path)
+        if template is None:
+            raise TinyInferError(
+                f"{path} has no chat template (no chat_template in tokenizer_config.json, no chat_template.jinja): "
+                "use a chat/instruct checkpoint, or generate without --chat"
+            )
+        return template
+
+    @classmethod
+    def from_pretrained_if_any(cls, path: str | Path) -> ChatTemplate | None:
+        """`from_pretrained`, or None when the folder has no template (a broken one is still an error)."""
         path = Path(path)
         folder = path if path.is_dir() else path.parent
         config_path = path if path.is_file() else folder / "tokenizer_config.json"
@@ -94,16 +105,12 @@ class ChatTemplate:
             source = read_json(folder / "chat_template.json", "chat_template.json").get("chat_template")
         if (folder / "chat_template.jinja").is_file():
             source = (folder / "chat_template.jinja").read_text(encoding="utf-8")
-        if not source:
-            raise TinyInferError(
-                f"{path} has no chat template (no chat_template in tokenizer_config.json, no chat_template.jinja): "
-                "use a chat/instruct checkpoint, or generate without --chat"
-            )
-        return cls(source, special_tokens_of(config))
+        return cls(source, special_tokens_of(config)) if source else None
 
     @classmethod
-    def for_model(cls, model) -> ChatTemplate:
-        """The chat template of a model given as `tinyinfer.load` takes it (folder, file, built-in name)."""
+    def for_model(cls, model, required: bool = True) -> ChatTemplate | None:
+        """The chat template of a model given as `tinyinfer.load` takes it (folder, file, built-in name).
+        A model without one is an error, or None if not `required`."""
         from tinyinfer.loading import resolve_path  # noqa: PLC0415 - loading pulls in the model code
 
         if model is None:
@@ -111,7 +118,8 @@ class ChatTemplate:
 
             model = DEFAULT_MODEL
         path = resolve_path(model)
-        return cls.from_pretrained(path if path.is_dir() else path.parent)
+        folder = path if path.is_dir() else path.parent
+        return cls.from_pretrained(folder) if required else cls.from_pretrained_if_any(folder)
 
     def render(
         self,

@@ -58,8 +58,6 @@ def run(args) -> int:
 
 
 def chat_template_of(model_spec) -> ChatTemplate | None:
-    """The model's chat template, or None when it has none (the chat endpoint then refuses, saying so)."""
-    try:
-        return ChatTemplate.for_model(model_spec)
-    except TinyInferError:
-        return None
+    """The model's chat template, or None when it has none (the chat endpoint then refuses, saying so); a
+    broken one stops the server at start, with its error."""
+    return ChatTemplate.for_model(model_spec, required=False)

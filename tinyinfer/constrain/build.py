@@ -62,7 +62,7 @@ def grammar_for(kind: str, spec) -> Grammar:
     if kind == "choice":
         choices = [spec] if isinstance(spec, str) else list(spec or [])
         if not choices:
-            raise TinyInferError("--choice needs at least one option")
+            raise TinyInferError("a choice constraint needs at least one option to choose from")
         return Grammar({"root": alt(*(Literal(str(c)) for c in choices))})
     if kind == "grammar":
         return parse_grammar(str(spec))

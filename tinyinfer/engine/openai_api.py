@@ -137,6 +137,9 @@ def logprobs_wanted(body: dict, chat: bool):
     (2, 0)
     """
     if not chat:
+        if body.get("top_logprobs") is not None:
+            raise RequestError("top_logprobs is a chat field: in completions, logprobs=N asks for N alternatives",
+                               "top_logprobs")
         return body.get("logprobs")
     wanted, top = body.get("logprobs") or False, body.get("top_logprobs")
     if not isinstance(wanted, bool):
