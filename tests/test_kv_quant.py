@@ -84,10 +84,10 @@ def test_bytes_per_number():
 
 def test_the_caches_hold_the_bytes_the_formula_gives(models):
     cfg = models["auto"].config
-    for kind in ("auto", "float16", "int8"):
-        contiguous = ContiguousKVCache(cfg, max_seqs=2, max_len=64, kv_cache_dtype=kind)
-        paged = PagedKVCache(cfg, n_blocks=8, block_size=16, kv_cache_dtype=kind)
-        per_number = kv_bytes_per_number(kind, np.float32, cfg.head_dim)
+    for kind, compute in (("auto", np.float32), ("float16", np.float32), ("int8", np.float32), ("int8", np.float16)):
+        contiguous = ContiguousKVCache(cfg, max_seqs=2, max_len=64, dtype=compute, kv_cache_dtype=kind)
+        paged = PagedKVCache(cfg, n_blocks=8, block_size=16, dtype=compute, kv_cache_dtype=kind)
+        per_number = kv_bytes_per_number(kind, compute, cfg.head_dim)  # int8: its scales are in the compute dtype
         numbers = 2 * cfg.n_layers * cfg.n_kv_heads * cfg.head_dim * 128  # K and V of 128 positions
         assert contiguous.nbytes == paged.nbytes == numbers * per_number
 

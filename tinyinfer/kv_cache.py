@@ -51,4 +51,4 @@ class ContiguousKVCache:
         # END EXERCISE 5.1
 
     def read(self, layer: int, seq_id: int, end: int):
-        return self.k[layer, seq_id, :, :end], self.v[layer, seq_id, :, :end]  # 2 x [KV, end, hd], views
+        return self.k[layer, seq_id, :, :end], self.v[layer, seq_id, :, :end]  # 2 x [KV, end, hd] (views; int8: copies)

@@ -19,8 +19,8 @@ engine (`LLM(model, kv_cache_dtype="int8")`):
   so each number is off by at most half its vector's scale. A scale per *token* (not per channel, as weights
   have) because a cache is written one token at a time: a token's scale is fixed when it is written, and an
   old token is never re-quantised when a later one is larger.
-  Bytes per token and head: head_dim + 4 (the float32 scale) instead of 4 x head_dim: 3.6x fewer at head_dim 32,
-  3.8x at 64, 3.9x at 128.
+  Bytes per token and head: head_dim + 4 (the scale, kept in the compute dtype, float32) instead of 4 x head_dim:
+  3.6x fewer at head_dim 32, 3.8x at 64, 3.9x at 128.
 
 An int8 cache keeps its numbers in a `QuantizedKV`: an array-like that quantises what is written into it and
 dequantises what is read, indexed exactly like the float array it replaces. The caches (tinyinfer/kv_cache.py,
@@ -34,7 +34,6 @@ import numpy as np
 from tinyinfer.errors import TinyInferError
 
 KV_CACHE_DTYPES = ("auto", "float16", "int8")
-SCALE_BYTES = 4  # one float32 scale per token and KV head in an int8 cache
 
 
 def check_kv_cache_dtype(kv_cache_dtype) -> str:
@@ -47,11 +46,11 @@ def check_kv_cache_dtype(kv_cache_dtype) -> str:
 def kv_bytes_per_number(kv_cache_dtype: str, compute_dtype, head_dim: int) -> float:
     """Bytes one cached number costs in this format, scales included.
 
-    >>> kv_bytes_per_number("int8", np.float32, 32)   # (32 codes + a 4-byte scale) / 32 numbers
+    >>> kv_bytes_per_number("int8", np.float32, 32)   # (32 codes + a float32 scale) / 32 numbers
     1.125
     """
     if kv_cache_dtype == "int8":
-        return 1 + SCALE_BYTES / head_dim
+        return 1 + np.dtype(compute_dtype).itemsize / head_dim  # the scale is kept in the compute dtype
     return np.dtype(np.float16 if kv_cache_dtype == "float16" else compute_dtype).itemsize
 
 

@@ -86,9 +86,8 @@ def load(model=None, device: str = "cpu", dtype=None, tokenizer=None, kv_cache_d
         gen_path = folder / "generation_config.json"
         generation_config = read_json(gen_path, "generation_config.json") if gen_path.exists() else {}
         tokenizer_path = tokenizer or (folder if (folder / "tokenizer.json").exists() else None)
-    loaded = Model(config, params, _load_tokenizer(tokenizer_path), device, generation_config, compute_dtype)
-    loaded.kv_cache_dtype = kv_cache_dtype
-    return loaded
+    return Model(config, params, _load_tokenizer(tokenizer_path), device, generation_config, compute_dtype,
+                 kv_cache_dtype)
 
 
 def _is_pytorch_pickle(path: Path) -> bool:

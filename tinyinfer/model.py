@@ -30,6 +30,7 @@ from tinyinfer.config import Config
 from tinyinfer.errors import TinyInferError
 from tinyinfer.flash_attention import tiled_attention
 from tinyinfer.kv_cache import ContiguousKVCache
+from tinyinfer.kv_quant import check_kv_cache_dtype
 from tinyinfer.mlp import gelu_mlp, linear, swiglu
 from tinyinfer.moe import moe_feed_forward
 from tinyinfer.norms import apply_norm
@@ -66,7 +67,7 @@ class Model:
     """A loaded model: config, parameters on a device, and (when found) its tokenizer."""
 
     def __init__(self, config: Config, params: dict, tokenizer=None, device: str = "cpu",
-                 generation_config: dict | None = None, dtype=np.float32):
+                 generation_config: dict | None = None, dtype=np.float32, kv_cache_dtype: str = "auto"):
         self.config = config
         self.tokenizer = tokenizer
         self.device = device
@@ -81,7 +82,7 @@ class Model:
         self.expert_load = None  # filled by Mixture-of-Experts layers when routing statistics are asked for
         self.quantization = None  # the Scheme its weights were quantised with (tinyinfer/quantize.py), if any
         self.adapters = None  # the LoRA adapters loaded on its weights (tinyinfer/lora.py), if any
-        self.kv_cache_dtype = "auto"  # how its caches store keys and values (tinyinfer/kv_quant.py)
+        self.kv_cache_dtype = check_kv_cache_dtype(kv_cache_dtype)  # how its caches store keys and values
 
     # -- the forward pass ----------------------------------------------------------------------------------
 

@@ -92,9 +92,7 @@ class TensorParallelModel(Model):
                                            n_kv_heads=model.config.n_kv_heads // n, d_ff=model.config.d_ff // n)
         host = map_arrays(model.params, to_numpy)  # each shard is built from host arrays, as a Model is
         self.shards = [Model(shard_config, dict(host, layers=[shard_layer(layer, model.config, n, d) for layer in host["layers"]]),
-                             device=model.device, dtype=model.dtype) for d in range(n)]
-        for shard in self.shards:
-            shard.kv_cache_dtype = model.kv_cache_dtype  # each device's cache stores as the whole model's would
+                             device=model.device, dtype=model.dtype, kv_cache_dtype=model.kv_cache_dtype) for d in range(n)]
         self.bytes_per_device = 0.0  # sent by each device in all-reduces so far
 
     def attention_block(self, i, layer, h, chunks, plan, rope, cache):

@@ -99,7 +99,8 @@ class LLM:
     context). max_num_seqs: sequences running at once. max_num_batched_tokens: tokens per step (decodes and
     prefill chunks together). chunked_prefill, prefix_caching: the two optimisations, on by default.
     static: the static-batching baseline instead of continuous batching. kv_cache_dtype: how the pool stores
-    keys and values, "auto" (the model's dtype), "float16" or "int8" (tinyinfer/kv_quant.py); None: the model's.
+    keys and values, "auto" (the compute dtype), "float16" or "int8" (tinyinfer/kv_quant.py); None: as the
+    model's own caches do (`model.kv_cache_dtype`, set by `tinyinfer.load`).
     """
 
     def __init__(self, model, *, block_size: int = 16, n_blocks: int | None = None, max_num_seqs: int = 32,
