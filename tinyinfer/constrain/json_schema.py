@@ -485,7 +485,7 @@ class _Compiler:
     def numeric(self, schema: dict, path: str, integer: bool):
         """Digit patterns for plain ranges (json_values.py); an automaton over the text (number_dfa.py)
         for multipleOf, `not multipleOf` and bounds that are not integers."""
-        lo, lo_open, hi, hi_open = _bounds(schema, path)
+        lo, lo_open, hi, hi_open = _bounds(schema)
         steps = ([schema["multipleOf"]] if "multipleOf" in schema else []) + list(schema.get(ALL_MULTIPLES, []))
         not_steps = list(schema.get(NOT_MULTIPLES, []))
         for step in steps + not_steps:
@@ -849,11 +849,11 @@ KEYWORD_SHAPES = {
     "type": (lambda v: isinstance(v, str) or _is_names(v), "a type name or a list of type names"),
     "enum": (lambda v: isinstance(v, list), "a list of values"),
     "required": (_is_names, "a list of property names"),
+    **{key: (lambda v: isinstance(v, list) and _is_schemas(v), "a list of schemas") for key in LISTS_OF_SUBSCHEMAS},
     **{key: (lambda v: isinstance(v, list) and len(v) > 0 and _is_schemas(v), "a non-empty list of schemas")
-       for key in ("allOf", "anyOf", "oneOf")},
-    "prefixItems": (lambda v: isinstance(v, list) and _is_schemas(v), "a list of schemas"),
+       for key in ("allOf", "anyOf", "oneOf")},  # these three must have a member
     **{key: (lambda v: isinstance(v, dict) and _is_schemas(v), "an object whose values are schemas")
-       for key in ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")},
+       for key in OBJECTS_OF_SUBSCHEMAS},
     "dependentRequired": (lambda v: isinstance(v, dict) and all(_is_names(n) for n in v.values()),
                           "an object whose values are lists of property names"),
     "dependencies": (lambda v: isinstance(v, dict) and all(_is_schema(d) or _is_names(d) for d in v.values()),
@@ -973,7 +973,7 @@ def _types(schema: dict, path: str) -> list[str]:
     return declared
 
 
-def _bounds(schema: dict, path: str):
+def _bounds(schema: dict):
     """(lo, lo_open, hi, hi_open) from draft-4 (boolean exclusive*) or draft-6+ (numeric exclusive*)."""
     lo, hi = schema.get("minimum"), schema.get("maximum")
     lo_open = hi_open = False
@@ -986,9 +986,6 @@ def _bounds(schema: dict, path: str):
         hi_open = ex_hi and hi is not None
     elif ex_hi is not None and (hi is None or ex_hi <= hi):
         hi, hi_open = ex_hi, True
-    for name, bound in (("minimum", lo), ("maximum", hi)):
-        if bound is not None and (isinstance(bound, bool) or not isinstance(bound, (int, float))):
-            raise schema_error(path, f"{name} must be a number, not {bound!r}")
-    return lo, lo_open, hi, hi_open
+    return lo, lo_open, hi, hi_open  # numbers: their shapes were checked before compiling (_check_shapes)
 
 
