@@ -379,7 +379,8 @@ def _phi3(c: dict) -> dict:
     fields = _llama_family({**c, "rope_scaling": None, "rope_parameters": plain_rope})  # (theta, no scaling)
     fields["partial_rotary_factor"] = params.get("partial_rotary_factor") or c.get("partial_rotary_factor") or 1.0
     if kind != "default":
-        n_pairs = (Config(model_type="phi3", **fields).rotary_dim + 1) // 2  # frequencies (as inv_frequencies)
+        rotary_dim = int(fields["head_dim"] * fields["partial_rotary_factor"])  # as Config.rotary_dim
+        n_pairs = (rotary_dim + 1) // 2  # frequencies (as inv_frequencies)
         fields |= _phi3_longrope(c, params, n_pairs)
     return fields
 
