@@ -174,15 +174,11 @@ def generate_tokens(model, prompt_ids: list[int], sampler: Sampler, timings: Tim
 
 
 def constraint_vocabulary(model):
-    """What a constraint on this model masks (a tinyinfer.constrain Vocabulary): one entry per row of its logits
-    (the tokenizer's tokens, then empty ones, never allowed, for padding rows such as Phi-3's), and its EOS ids
-    (allowed when the grammar may end)."""
-    from tinyinfer.constrain.mask import Vocabulary  # noqa: PLC0415 - only structured output needs it
+    """What a constraint on this model masks (a tinyinfer.constrain Vocabulary, cached per tokenizer): one entry
+    per row of its logits, padding rows included, and its EOS ids (allowed when the grammar may end)."""
+    from tinyinfer.constrain.build import vocabulary_of  # noqa: PLC0415 - only structured output needs it
 
-    tokenizer, rows = model.tokenizer, model.config.vocab_size
-    known = min(tokenizer.vocab_size, rows)
-    token_bytes = [tokenizer.token_bytes(i) for i in range(known)] + [b""] * (rows - known)
-    return Vocabulary(token_bytes, sorted(i for i in eos_ids(model) if i < rows), getattr(tokenizer, "special_ids", ()))
+    return vocabulary_of(model.tokenizer, sorted(eos_ids(model)), rows=model.config.vocab_size)
 
 
 def eos_ids(model) -> set[int]:

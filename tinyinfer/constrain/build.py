@@ -71,16 +71,17 @@ def grammar_for(kind: str, spec) -> Grammar:
     raise TinyInferError(f"unknown constraint kind {kind!r}; use one of {', '.join(KINDS)}")
 
 
-def vocabulary_of(tokenizer, eos_ids=None) -> Vocabulary:
-    """The tokenizer's Vocabulary (a list of token bytes works too), cached per tokenizer and EOS set."""
+def vocabulary_of(tokenizer, eos_ids=None, rows: int | None = None) -> Vocabulary:
+    """The tokenizer's Vocabulary (a list of token bytes works too), cached per tokenizer, EOS set and number of
+    logits rows (`Vocabulary.from_tokenizer`)."""
     if isinstance(tokenizer, Vocabulary):
         return tokenizer
     if isinstance(tokenizer, list):
         return Vocabulary(tokenizer, eos_ids or [])
-    key = (id(tokenizer), None if eos_ids is None else tuple(sorted(eos_ids)))
+    key = (id(tokenizer), None if eos_ids is None else tuple(sorted(eos_ids)), rows)
     cached = _vocabularies.get(key)
     if cached is None or cached[0] is not tokenizer:
-        cached = _vocabularies[key] = (tokenizer, Vocabulary.from_tokenizer(tokenizer, eos_ids))
+        cached = _vocabularies[key] = (tokenizer, Vocabulary.from_tokenizer(tokenizer, eos_ids, rows))
     return cached[1]
 
 

@@ -78,12 +78,16 @@ class Vocabulary:
         self.trie = VocabTrie(token_bytes, set(self.eos_ids) | {int(i) for i in special_ids})
 
     @classmethod
-    def from_tokenizer(cls, tokenizer, eos_ids=None) -> Vocabulary:
-        """From a tinyinfer Tokenizer (`token_bytes`, `special_ids`, `eos_token_id`)."""
+    def from_tokenizer(cls, tokenizer, eos_ids=None, rows: int | None = None) -> Vocabulary:
+        """From a tinyinfer Tokenizer (`token_bytes`, `special_ids`, `eos_token_id`). `rows`: the rows of the
+        model's logits when they differ from the tokenizer's size: padding rows (Phi-3 has 32,064 for 32,011
+        tokens) get no bytes and are never allowed; ids beyond the rows are dropped."""
         if eos_ids is None:
             eos_ids = [] if tokenizer.eos_token_id is None else [tokenizer.eos_token_id]
-        token_bytes = [tokenizer.token_bytes(i) for i in range(tokenizer.vocab_size)]
-        return cls(token_bytes, eos_ids, getattr(tokenizer, "special_ids", ()))
+        rows = tokenizer.vocab_size if rows is None else rows
+        known = min(tokenizer.vocab_size, rows)
+        token_bytes = [tokenizer.token_bytes(i) for i in range(known)] + [b""] * (rows - known)
+        return cls(token_bytes, [i for i in eos_ids if i < rows], getattr(tokenizer, "special_ids", ()))
 
 
 class TokenMasker:

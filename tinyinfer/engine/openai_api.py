@@ -160,9 +160,7 @@ def output_constraint(server: Server, body: dict, chat: bool):
     kind, spec, field = asked
     try:
         with _COMPILING:
-            if server.vocabulary is None:
-                server.vocabulary = constraint_vocabulary(server.model)
-            compiled = build_constraint(kind, spec, server.vocabulary)
+            compiled = build_constraint(kind, spec, constraint_vocabulary(server.model))
     except TinyInferError as e:  # a malformed schema, or a keyword or pattern the compiler cannot express
         raise RequestError(str(e), field) from None
     return functools.partial(Constraint, compiled.masker)

@@ -160,7 +160,6 @@ class Server(ThreadingHTTPServer):
             raise TinyInferError("the server reads and writes text: load the model with its tokenizer (tokenizer=PATH)")
         super().__init__((host, port), Handler)  # binds now: a port in use fails here, before any thread starts
         self.model, self.model_name, self.chat_template = llm.model, model_name, chat_template
-        self.vocabulary = None  # what structured output masks (generation.constraint_vocabulary), built when first asked
         self.created = int(time.time())
         self.engine = Engine(llm)
 
