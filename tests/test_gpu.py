@@ -74,3 +74,28 @@ def test_gpu_int8_kv_cache_matches_cpu_in_generate_and_the_engine():
     params = tinyinfer.SamplingParams(temperature=0.0, max_tokens=24)
     cpu, gpu = ([out.token_ids for out in LLM(m).generate([ids[:20], ids[20:50]], params)] for m in models)
     assert gpu == cpu
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("name", ["phi3_partial_rotary_window_tied", "gemma2", "gemma3"])
+def test_gpu_architectures_with_soft_caps_partial_and_dual_rope_match_cpu(name, tmp_path):
+    """Soft caps (np.tanh on CuPy arrays), Phi-3's partial RoPE, Gemma 3's two RoPE settings, batched in the
+    engine: the same logits and greedy tokens on both devices."""
+    from tinyinfer.engine import LLM  # noqa: PLC0415
+
+    if name == "gemma3":
+        import test_gemma3  # noqa: PLC0415 - its tiny checkpoint builder
+
+        folder = test_gemma3.build(tmp_path / name, *test_gemma3.VARIANTS[name])
+    else:
+        import test_architectures_more  # noqa: PLC0415
+
+        folder = test_architectures_more.build(tmp_path / name, *test_architectures_more.VARIANTS[name])
+    ids = np.random.default_rng(2).integers(3, 100, 40).tolist()
+    models = [tinyinfer.load(folder, device=device) for device in ("cpu", "cuda")]
+    cpu, gpu = (m.logits(ids) for m in models)
+    np.testing.assert_allclose(gpu, cpu, atol=1e-3)
+    params = tinyinfer.SamplingParams(temperature=0.0, max_tokens=12)
+    cpu, gpu = ([out.token_ids for out in LLM(m).generate([ids[:10], ids[10:30]], params)] for m in models)
+    assert gpu == cpu
