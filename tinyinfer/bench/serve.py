@@ -87,6 +87,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--prefix-requests", type=at_least(1), default=16)
     parser.add_argument("--seed", type=at_least(0), default=0)
     parser.add_argument("--blas-threads", type=at_least(1), default=1, help="matrix-library threads, the same for every mode")
+    parser.add_argument("--price-per-hour", type=positive_number, default=None, metavar="USD",
+                        help="what an hour of this machine costs: prints each mode's cost per million output tokens")
     parser.add_argument("--rounds", type=at_least(1), default=2,
                         help="runs of each mode, the modes taking turns; the fastest run of each is reported "
                         "(other work on the machine slows a run down at random, it never speeds one up)")
@@ -122,9 +124,24 @@ def serve_and_report(args, blas: str) -> int:
           f"continuous / static = {continuous.throughput / static.throughput:.2f}x "
           f"(per CPU second: {continuous.cpu_throughput / sequential.cpu_throughput:.1f}x and "
           f"{continuous.cpu_throughput / static.cpu_throughput:.2f}x)")
+    if args.price_per_hour is not None:
+        print("cost per 1M output tokens at $" + f"{args.price_per_hour:g}/hour: " + ", ".join(
+            f"{run.name} ${cost_per_million_tokens(args.price_per_hour, run.throughput):,.2f}"
+            for run in (sequential, static, continuous)))
     print_memory(continuous_llm, model)
     print_prefix_caching(model, rng, args, engine)
     return 0 if same else 1
+
+
+def cost_per_million_tokens(price_per_hour: float, tokens_per_s: float) -> float:
+    """What a million tokens cost on a machine billed by the hour, kept busy at `tokens_per_s`:
+    price per hour / tokens per hour x 1e6. The machine costs the same busy or idle, so the price of a token
+    falls as the batch fills it: the economics of self-hosting (an API bills per token instead).
+
+    >>> round(cost_per_million_tokens(2.0, 1000.0), 3)   # $2/hour at 1,000 tokens/s: 3.6M tokens per hour
+    0.556
+    """
+    return price_per_hour / (tokens_per_s * 3600) * 1e6
 
 
 ROUNDING_MARGIN = 1e-5  # a draw this close to a decision boundary can be flipped by float rounding alone
