@@ -4,6 +4,9 @@
     curl localhost:8000/v1/completions -H 'Content-Type: application/json' \\
          -d '{"prompt": "ROMEO:", "max_tokens": 30, "temperature": 0}'
 
+With `--lora shout=shakespeare-shout` (repeatable, as vLLM's `--lora-modules`) a request whose "model" is
+"shout" runs with that LoRA adapter, in the same batches as the requests on the base model.
+
 Ctrl-C stops it.
 """
 
@@ -17,6 +20,7 @@ from tinyinfer.commands.generate import add_kv_cache_dtype_argument
 from tinyinfer.engine import LLM
 from tinyinfer.engine.server import Server
 from tinyinfer.errors import TinyInferError
+from tinyinfer.lora import load_adapter
 from tinyinfer.resolve import DEFAULT_MODEL
 
 
@@ -32,6 +36,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--block-size", type=int, default=16, help="tokens per KV block")
     parser.add_argument("--no-prefix-caching", action="store_true",
                         help="do not reuse the KV blocks of shared prompt prefixes")
+    parser.add_argument("--lora", metavar="NAME=PATH", action="append", default=[],
+                        help="serve a LoRA adapter as the model NAME (PATH: a PEFT folder or a built-in adapter such "
+                             "as shakespeare-shout; a lone built-in name names it too); repeatable; see "
+                             "chapters/13-lora.md")
     add_kv_cache_dtype_argument(parser)
 
 
@@ -42,12 +50,14 @@ def run(args) -> int:
     llm = LLM(model, block_size=args.block_size, max_num_seqs=args.max_num_seqs,
               max_num_batched_tokens=args.max_num_batched_tokens, prefix_caching=not args.no_prefix_caching)
     name = args.served_model_name or args.model or DEFAULT_MODEL
+    adapters = load_adapters(model, args.lora)
     try:
-        server = Server(llm, args.host, args.port, name, chat_template_of(args.model))
+        server = Server(llm, args.host, args.port, name, chat_template_of(args.model), adapters)
     except OSError as e:  # the port is taken, the address is not this machine's...
         raise TinyInferError(f"cannot listen on {args.host}:{args.port}: {e.strerror or e}: choose another --port, "
                              "or a --host address of this machine") from None
-    print(f"tinyinfer: serving {name!r} at {server.url}/v1 (Ctrl-C to stop)", file=sys.stderr, flush=True)
+    with_adapters = f" and LoRA adapters {', '.join(map(repr, adapters))}" if adapters else ""
+    print(f"tinyinfer: serving {name!r}{with_adapters} at {server.url}/v1 (Ctrl-C to stop)", file=sys.stderr, flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:
@@ -55,6 +65,31 @@ def run(args) -> int:
     finally:
         server.close()
     return 0
+
+
+def load_adapters(model, specs: list[str]) -> dict[str, str]:
+    """Load each `--lora` adapter onto the model; returns name -> PATH, what the server lists as its root."""
+    adapters: dict[str, str] = {}
+    for spec in specs:
+        name, path = lora_module(spec)
+        if name in adapters:
+            raise TinyInferError(f"--lora names two adapters {name!r}: give each its own name (--lora NAME=PATH)")
+        load_adapter(model, name, path)
+        adapters[name] = path
+    return adapters
+
+
+def lora_module(spec: str) -> tuple[str, str]:
+    """(name, path) of a `--lora` value: NAME=PATH, or a lone PATH that is its own name (a built-in adapter).
+
+    >>> lora_module("shout=shakespeare-shout"), lora_module("shakespeare-shout"), lora_module("x=a=b")
+    (('shout', 'shakespeare-shout'), ('shakespeare-shout', 'shakespeare-shout'), ('x', 'a=b'))
+    """
+    name, _, path = spec.partition("=") if "=" in spec else (spec, "", spec)
+    if not name or not path:
+        raise TinyInferError(f"--lora {spec!r} is incomplete: give NAME=PATH (PATH: a PEFT adapter folder or a "
+                             "built-in adapter such as shakespeare-shout)")
+    return name, path
 
 
 def chat_template_of(model_spec) -> ChatTemplate | None:

@@ -8,6 +8,9 @@ out takes the checkpoint's generation_config.json value, as `generate` does:
     {"prompt": "ROMEO:", "max_tokens": 30, "temperature": 0.8, "stop": "\\n\\n", "seed": 1}
     -> SamplingParams(max_tokens=30, temperature=0.8, stop=["\\n\\n"], seed=1, top_k=50)   # shakespeare's top_k
 
+`model` picks the LoRA adapter (chapter 13) as vLLM does: the served model's name runs without one, an
+adapter's name (`serve --lora NAME=PATH`) runs with it, and the response reports the name asked for.
+
 A field with no effect on the output (`user`, `metadata`) is ignored; one that would change the output and
 that tinyinfer cannot honour (`echo`, `best_of`, `suffix`) is refused, never silently dropped.
 
@@ -92,9 +95,6 @@ def engine_requests(server: Server, body: dict, chat: bool) -> list[tuple[str, l
     """The engine's work for a request body: a fresh request id, the token ids, the SamplingParams and the
     constraint maker (None: free text) of each prompt (a chat request has one)."""
     model, max_seqs = server.model, server.engine.llm.scheduler.config.max_num_seqs
-    if body.get("model") not in (None, server.model_name):
-        raise RequestError(f"model {body['model']!r} is not served here: this server serves {server.model_name!r}",
-                           "model", 404)
     make_constraint = output_constraint(server, body, chat)  # first: it checks the tools the template shows
     prompts = (chat_prompt(server, body.get("messages"), body.get("tools") or None) if chat
                else completion_prompts(model, body.get("prompt")))
@@ -105,6 +105,18 @@ def engine_requests(server: Server, body: dict, chat: bool) -> list[tuple[str, l
     given = body.get("max_tokens") is not None or body.get("max_completion_tokens") is not None
     return [(f"{uuid.uuid4().hex}-{i}", ids, fit_max_tokens(model, ids, params, given), make_constraint)
             for i, ids in enumerate(prompts)]
+
+
+def requested_adapter(server: Server, body: dict) -> str | None:
+    """The LoRA adapter the request's `model` asks for, as vLLM serves adapters: each one is a model of its own
+    name, and the served model's name (or no `model`) means no adapter. Any other name is a 404."""
+    name = body.get("model")
+    if name in (None, server.model_name):
+        return None
+    if isinstance(name, str) and name in server.adapters:
+        return name
+    served = ", ".join(map(repr, [server.model_name, *server.adapters]))
+    raise RequestError(f"model {name!r} is not served here: this server serves {served}", "model", 404)
 
 
 def sampling_params(model, body: dict, chat: bool) -> SamplingParams:

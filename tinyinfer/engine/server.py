@@ -30,6 +30,10 @@ thread calls `LLM.abort`, which frees the request's KV blocks before the next st
 **Structured output.** `response_format`, vLLM's `guided_*` fields and chat `tools` become a constraint
 (openai_api.py), compiled on the handler thread; the engine gives each sample its own grammar state.
 
+**LoRA adapters.** Each adapter loaded on the model (tinyinfer/lora.py) is served as a model of its own name,
+listed by GET /v1/models with the base model as its `parent`; a request naming it in `model` runs with it,
+in the same batches as the others (vLLM's `--lora-modules` convention).
+
 Bad input is answered 400 with an OpenAI-style error body whose message is the TinyInferError text; a bug
 is answered 500, and the engine thread carries on with the other requests.
 """
@@ -47,8 +51,17 @@ import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from tinyinfer.engine.openai_api import Reply, RequestError, engine_requests, read_json, stream_options, tool_choice
+from tinyinfer.engine.openai_api import (
+    Reply,
+    RequestError,
+    engine_requests,
+    read_json,
+    requested_adapter,
+    stream_options,
+    tool_choice,
+)
 from tinyinfer.errors import TinyInferError
+from tinyinfer.lora import check_adapter
 from tinyinfer.sampling import SamplingParams
 
 POLL_S = 0.25  # how long a handler waits for the engine before it checks that its client is still there
@@ -61,9 +74,11 @@ class ClientGone(Exception):
 @dataclass
 class Submission:
     """One HTTP request's work for the engine: a (request id, prompt ids, params, constraint maker) per prompt,
-    and the queue on which the engine thread answers: first ACCEPTED or an exception, then RequestOutputs."""
+    the LoRA adapter they all run with (None: the base model), and the queue on which the engine thread
+    answers: first ACCEPTED or an exception, then RequestOutputs."""
 
     requests: list[tuple[str, list[int], SamplingParams, object]]
+    lora: str | None = None
     events: queue.Queue = field(default_factory=queue.Queue)
 
     def keys(self) -> list[tuple[str, int]]:
@@ -126,7 +141,8 @@ class Engine:
         added = []
         try:
             for rid, prompt_ids, params, make_constraint in submission.requests:
-                added.append(self.llm.add_request(prompt_ids, params, request_id=rid, constraint=make_constraint))
+                added.append(self.llm.add_request(prompt_ids, params, request_id=rid, lora=submission.lora,
+                                                   constraint=make_constraint))
         except Exception as e:  # noqa: BLE001 - bad input (a 400), or a bug (a 500): the handler answers it
             for rid in added:
                 self.llm.abort(rid)
@@ -150,16 +166,25 @@ class Engine:
 
 
 class Server(ThreadingHTTPServer):
-    """The HTTP server and its engine. `serve_forever()` serves; `close()` stops both."""
+    """The HTTP server and its engine. `serve_forever()` serves; `close()` stops both. `adapters`: the LoRA
+    adapters loaded on the model to serve, name -> where it was loaded from (a folder or a built-in name)."""
 
     daemon_threads = True
 
     def __init__(self, llm, host: str = "127.0.0.1", port: int = 8000, model_name: str = "shakespeare",
-                 chat_template=None):
+                 chat_template=None, adapters: dict[str, str] | None = None):
         if llm.model.tokenizer is None:
             raise TinyInferError("the server reads and writes text: load the model with its tokenizer (tokenizer=PATH)")
+        adapters = dict(adapters or {})
+        for name in adapters:
+            check_adapter(llm.model, name)
+        if model_name in adapters:
+            raise TinyInferError(f"the LoRA adapter {model_name!r} has the served model's name, so a request could not "
+                                 "choose between them: give the adapter (--lora NAME=PATH) or the model "
+                                 "(--served-model-name) another name")
         super().__init__((host, port), Handler)  # binds now: a port in use fails here, before any thread starts
         self.model, self.model_name, self.chat_template = llm.model, model_name, chat_template
+        self.adapters = adapters
         self.created = int(time.time())
         self.engine = Engine(llm)
 
@@ -204,19 +229,26 @@ class Handler(BaseHTTPRequestHandler):
             self._send_error(500, f"internal error ({type(e).__name__}: {e})", kind="internal_server_error")
 
     def _models(self) -> None:
-        card = {"id": self.server.model_name, "object": "model", "created": self.server.created,
-                "owned_by": "tinyinfer", "max_model_len": self.server.model.config.max_seq_len}
-        self._send_json(200, {"object": "list", "data": [card]})
+        """The served model's card, then one per LoRA adapter: its `parent` is the model, its `root` its files."""
+        server = self.server
+        card = {"id": server.model_name, "object": "model", "created": server.created, "owned_by": "tinyinfer",
+                "max_model_len": server.model.config.max_seq_len}
+        adapters = [{**card, "id": name, "parent": server.model_name, "root": path}
+                    for name, path in server.adapters.items()]
+        self._send_json(200, {"object": "list", "data": [card, *adapters]})
 
     def _generate(self, chat: bool) -> None:
         body = read_json(self.rfile, self.headers.get("Content-Length"))
-        submission, (stream, include_usage) = Submission(engine_requests(self.server, body, chat)), stream_options(body)
+        lora = requested_adapter(self.server, body)  # first: a model not served here is a 404, whatever else is wrong
+        submission = Submission(engine_requests(self.server, body, chat), lora)
+        stream, include_usage = stream_options(body)
         self.server.engine.submit(submission)
         try:
             events = self._events(submission)
             next(events)  # ACCEPTED, or the engine's refusal raised here, before any header is sent
             tools = tool_choice(body, chat)  # the tools the reply may call: its text is read back as a call
-            reply = Reply(chat, self.server.model_name, submission, self.server.model.tokenizer, None if tools is None else tools[0])
+            reply = Reply(chat, lora or self.server.model_name, submission, self.server.model.tokenizer,
+                          None if tools is None else tools[0])
             if stream:
                 self._stream(reply.chunks(events, include_usage))
             else:
