@@ -187,7 +187,7 @@ def test_bad_adapters_are_clear_errors(llama, tiny_checkpoint, tmp_path):
     with pytest.raises(TinyInferError, match="use_dora"):
         load_adapter(model, "dora", dora)
     assert model.adapters.names == ["a", "b"]  # nothing half-loaded
-    head = make_adapter(tiny_checkpoint("llama_gqa"), tmp_path / "head", seed=5, targets=["lm_head"])
+    make_adapter(tiny_checkpoint("llama_gqa"), tmp_path / "head", seed=5, targets=["lm_head"])
     with pytest.raises(TinyInferError, match="lm_head"):
         load_adapter(model, "head", tmp_path / "head")
 

@@ -18,7 +18,7 @@ from conftest import shared_data
 
 from tinyinfer.errors import TinyInferError
 from tinyinfer.generation import generate
-from tinyinfer.sampling import SamplingParams, log_softmax
+from tinyinfer.sampling import log_softmax
 
 tokenizer_module = pytest.importorskip("tinyinfer.tokenizer")
 if not hasattr(tokenizer_module, "StreamingDetokenizer"):

@@ -96,7 +96,7 @@ def test_with_a_real_streaming_detokenizer(stop):
     by token, in partial UTF-8; its streaming decoder emits whole characters only."""
     tokenizers = pytest.importorskip("tokenizers")
     tokenizer = tokenizers.Tokenizer.from_file(str(shared_data("tokenizers/phi-3-mini/tokenizer.json")))
-    text = f"Un \u00e9t\u00e9 🦙 ### \u00e9t\u00e9 🦙 fin"
+    text = "Un \u00e9t\u00e9 🦙 ### \u00e9t\u00e9 🦙 fin"
     ids = tokenizer.encode(text, add_special_tokens=False).ids
     stream = tokenizers.decoders.DecodeStream(skip_special_tokens=False)
     pieces = [stream.step(tokenizer, token_id) or "" for token_id in ids]

@@ -31,7 +31,7 @@ travel to the GPU's main memory; on a CPU the tile stays in the cache.)
 
 from __future__ import annotations
 
-import numpy as np
+import numpy as np  # noqa: F401 - the docstring examples use it
 
 from tinyinfer.attention import causal_mask, soft_cap
 from tinyinfer.backend import xp_of
