@@ -30,7 +30,7 @@ import tokenizers
 import torch
 import transformers
 from conftest import shared_data
-from tiny_models import built_once, hf_greedy, hf_logits, make_tiny_models, prompt_ids
+from tiny_models import assert_cached_decode_equals_full_recompute, built_once, hf_greedy, hf_logits, make_tiny_models, prompt_ids
 
 import tinyinfer
 import tinyinfer.model
@@ -39,12 +39,10 @@ from tinyinfer.engine import LLM
 from tinyinfer.errors import TinyInferError
 from tinyinfer.flash_attention import tiled_attention
 from tinyinfer.memory import param_count
-from tinyinfer.model import Model, SeqChunk, map_arrays
+from tinyinfer.model import Model
 from tinyinfer.sampling import SamplingParams
 
 LOGITS_ATOL = 1e-4  # against transformers (see test_parity_hf.py)
-CACHE_ATOL = 1e-9  # tinyinfer's cached paths against its own full recompute, in float64 (float32 rounding alone
-# moves these logits, up to ~10 in size, by ~1e-5 between the two summation orders)
 WINDOW = 6  # keys; far shorter than the 24-token prompts
 
 BASE = dict(vocab_size=make_tiny_models.VOCAB_SIZE, hidden_size=48, intermediate_size=96, num_hidden_layers=2,
@@ -107,15 +105,7 @@ def test_logits_match_transformers_at_every_position(name, checkpoint):
 
 @pytest.mark.parametrize("name", VARIANTS)
 def test_cached_decode_equals_full_recompute(name, checkpoint):
-    """Prefill 6 tokens, a 5-token chunk at position 6, then one token at a time: the full pass's logits."""
-    model = tinyinfer.load(checkpoint(name))
-    model = Model(model.config, map_arrays(model.params, lambda a: a.astype(np.float64)), dtype=np.float64)
-    ids = prompt_ids(24, seed=1)
-    cache = model.new_cache()
-    prefill = model.forward([SeqChunk(0, 0, ids[:6])], cache, all_logits=True)  # [6, V]
-    chunk = model.forward([SeqChunk(0, 6, ids[6:11])], cache, all_logits=True)  # [5, V]
-    steps = [model.forward([SeqChunk(0, pos, ids[pos:pos + 1])], cache) for pos in range(11, 24)]  # 13 x [1, V]
-    np.testing.assert_allclose(np.concatenate([prefill, chunk, *steps]), model.logits(ids), rtol=0, atol=CACHE_ATOL)
+    assert_cached_decode_equals_full_recompute(checkpoint(name), n=24)
 
 
 @pytest.mark.parametrize("name", ["phi3_partial_rotary_window_tied", "gemma", "gemma2"])

@@ -32,19 +32,18 @@ import pytest
 import torch
 import transformers
 from safetensors.numpy import load_file, save_file
-from tiny_models import ROOT, _import_script, built_once, hf_greedy, hf_logits, make_tiny_models, prompt_ids
+from tiny_models import assert_cached_decode_equals_full_recompute, built_once, CACHE_ATOL, float64_model, hf_greedy, hf_logits, _import_script, make_tiny_models, prompt_ids, ROOT
 
 import tinyinfer
 from tinyinfer.config import HF_ACTIVATIONS, HF_DEFAULTS, config_from_hf, load_hf_config
 from tinyinfer.engine.paged_cache import PagedKVCache
 from tinyinfer.errors import TinyInferError
 from tinyinfer.mlp import ACTIVATIONS
-from tinyinfer.model import Model, SeqChunk, map_arrays
+from tinyinfer.model import Model, SeqChunk
 
 make_tiny_moe_models = _import_script(ROOT / "weights_scripts" / "make_tiny_moe_models.py")
 MOE_FAMILIES = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe")
 LOGITS_ATOL = 1e-4
-CACHE_ATOL = 1e-9  # float64
 
 # With head_dim 12 (6 frequencies) and theta 10000, an original context of 32 puts YaRN's ramp (beta 32 -> 1
 # rotations) across the middle frequencies, so all three of its bands are used.
@@ -162,21 +161,9 @@ def test_logits_match_transformers_at_every_position(name, checkpoint):
     np.testing.assert_allclose(tinyinfer.load(folder).logits(ids), hf_logits(folder, ids), rtol=0, atol=LOGITS_ATOL)
 
 
-def float64_model(folder) -> Model:
-    model = tinyinfer.load(folder)
-    return Model(model.config, map_arrays(model.params, lambda a: a.astype(np.float64)), dtype=np.float64)
-
-
 @pytest.mark.parametrize("name", VARIANTS)
 def test_cached_decode_equals_full_recompute(name, checkpoint):
-    """Prefill 6 tokens, a 5-token chunk at position 6, then one token at a time: the full pass's logits."""
-    wide = float64_model(checkpoint(name))
-    ids = prompt_ids(20, seed=1)
-    cache = wide.new_cache()
-    prefill = wide.forward([SeqChunk(0, 0, ids[:6])], cache, all_logits=True)  # [6, V]
-    chunk = wide.forward([SeqChunk(0, 6, ids[6:11])], cache, all_logits=True)  # [5, V]
-    steps = [wide.forward([SeqChunk(0, pos, ids[pos:pos + 1])], cache) for pos in range(11, 20)]  # 9 x [1, V]
-    np.testing.assert_allclose(np.concatenate([prefill, chunk, *steps]), wide.logits(ids), rtol=0, atol=CACHE_ATOL)
+    assert_cached_decode_equals_full_recompute(checkpoint(name))
 
 
 @pytest.mark.parametrize("name", VARIANTS)

@@ -58,6 +58,23 @@ def post(server, path: str, body) -> tuple[int, dict]:
         return e.code, json.load(e)
 
 
+def post_concurrently(server, path: str, bodies: list) -> list[tuple[int, dict]]:
+    """POST every body at once, one client thread each (released together); their answers, in order."""
+    answers = [None] * len(bodies)
+    start = threading.Barrier(len(bodies))
+
+    def client(i):
+        start.wait()
+        answers[i] = post(server, path, bodies[i])
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(len(bodies))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return answers
+
+
 def stream_events(server, path: str, body: dict) -> list:
     """POST with stream=true; the decoded `data:` events of the Server-Sent Events, "[DONE]" kept as is."""
     host, port = server.server_address[:2]
@@ -197,18 +214,7 @@ def test_concurrent_clients_are_batched_and_get_their_solo_outputs(server, model
                 for i, (name, t) in enumerate([("ROMEO", 0), ("JULIET", 0.8), ("HAMLET", 1.0), ("LEAR", 0),
                                                ("OTHELLO", 0.7), ("MACBETH", 0.9)])]
     llm, first_step = server.engine.llm, len(server.engine.llm.step_log)
-    answers = [None] * len(requests)
-    start = threading.Barrier(len(requests))
-
-    def client(i):
-        start.wait()
-        answers[i] = post(server, "/v1/completions", requests[i])
-
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(len(requests))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    answers = post_concurrently(server, "/v1/completions", requests)
     for request, (status, body) in zip(requests, answers):
         solo = model.generate(**request)  # unset knobs from generation_config.json, as the server does
         assert status == 200 and body["choices"][0]["text"] == solo.text

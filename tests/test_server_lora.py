@@ -13,7 +13,7 @@ import threading
 import urllib.request
 
 import pytest
-from test_server import post, stream_events, wait_idle
+from test_server import post, post_concurrently, stream_events, wait_idle
 
 import tinyinfer
 from tinyinfer.chat import ChatTemplate
@@ -113,18 +113,7 @@ def test_concurrent_base_and_adapter_requests_share_steps_and_get_their_solo_out
                                                       ("folder", "JULIET", 0.8), ("shakespeare", "HAMLET", 1.0),
                                                       ("shout", "LEAR", 0.7), ("shakespeare", "LEAR", 0.7)])]
     llm, first_step = server.engine.llm, len(server.engine.llm.step_log)
-    answers = [None] * len(requests)
-    start = threading.Barrier(len(requests))
-
-    def client(i):
-        start.wait()
-        answers[i] = post(server, "/v1/completions", requests[i])
-
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(len(requests))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    answers = post_concurrently(server, "/v1/completions", requests)
     for request, (status, body) in zip(requests, answers):
         model, knobs = request["model"], {k: v for k, v in request.items() if k != "model"}
         solo = reference.generate(**knobs, lora=None if model == "shakespeare" else "shout")

@@ -21,6 +21,9 @@ import pytest
 import torch
 import transformers
 
+import tinyinfer
+from tinyinfer.model import Model, SeqChunk, map_arrays
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -91,3 +94,24 @@ def hf_greedy(folder: Path, ids: list[int], max_new_tokens: int) -> list[int]:
             torch.tensor([ids]), do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=None, pad_token_id=0
         )
     return out[0, len(ids):].tolist()
+
+
+CACHE_ATOL = 1e-9  # tinyinfer's cached paths against its own full recompute, in float64 (float32 rounding alone
+# moves some logits by ~1e-5)
+
+
+def float64_model(folder) -> Model:
+    """The checkpoint at `folder` loaded by tinyinfer and widened to float64: rounding out of the way."""
+    model = tinyinfer.load(folder)
+    return Model(model.config, map_arrays(model.params, lambda a: a.astype(np.float64)), dtype=np.float64)
+
+
+def assert_cached_decode_equals_full_recompute(folder, n: int = 20) -> None:
+    """Prefill 6 tokens, a 5-token chunk at position 6, then one token at a time: the full pass's logits."""
+    wide = float64_model(folder)
+    ids = prompt_ids(n, seed=1)
+    cache = wide.new_cache()
+    prefill = wide.forward([SeqChunk(0, 0, ids[:6])], cache, all_logits=True)  # [6, V]
+    chunk = wide.forward([SeqChunk(0, 6, ids[6:11])], cache, all_logits=True)  # [5, V]
+    steps = [wide.forward([SeqChunk(0, pos, ids[pos:pos + 1])], cache) for pos in range(11, n)]  # (n - 11) x [1, V]
+    np.testing.assert_allclose(np.concatenate([prefill, chunk, *steps]), wide.logits(ids), rtol=0, atol=CACHE_ATOL)
