@@ -206,7 +206,7 @@ def test_config_fields_are_read_as_transformers_reads_them(checkpoint):
                                                                                   "rmsnorm_plus_one")
     gemma2 = tinyinfer.load(checkpoint("gemma2")).config
     assert [gemma2.window_of(i) for i in range(3)] == [WINDOW, None, WINDOW]
-    assert (gemma2.attention_scale(0), gemma2.attention_softcap(1), gemma2.final_softcap) == (24**-0.5, 8.0, 5.0)
+    assert (gemma2.attention_scale(0), gemma2.attn_softcap, gemma2.final_softcap) == (24**-0.5, 8.0, 5.0)
 
 
 SIZES = {"vocab_size": 300, "hidden_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4,

@@ -55,7 +55,7 @@ class Config:
     attn_scale_weights: bool = True  # GPT-2's scale_attn_weights: divide scores by sqrt(head_dim)
     attn_scale_inverse_layer: bool = False  # GPT-2's scale_attn_by_inverse_layer_idx: also by (layer + 1)
     query_pre_attn_scalar: float | None = None  # Gemma 2: scores scaled by its -1/2 power instead of head_dim's
-    attn_softcap: float | None = None  # Gemma 2: scores become cap * tanh(score / cap) before the mask
+    attn_softcap: float | None = None  # Gemma 2: scores become cap * tanh(score / cap) before the mask (every layer)
     final_softcap: float | None = None  # Gemma 2: the logits too
     embed_scale: float = 1.0  # Gemma: embeddings are multiplied by sqrt(d_model)
     post_norms: bool = False  # Gemma 2: each sublayer's output is normed again before the residual add
@@ -104,11 +104,6 @@ class Config:
         here: it scales the rotated coordinates of q and k only, through cos and sin (tinyinfer/rope.py)."""
         scale = (self.query_pre_attn_scalar or self.head_dim) ** -0.5 if self.attn_scale_weights else 1.0
         return scale / (layer + 1) if self.attn_scale_inverse_layer else scale
-
-    def attention_softcap(self, layer: int) -> float | None:
-        """The cap on layer `layer`'s scaled scores, `cap * tanh(score / cap)` (None = uncapped): Gemma 2 keeps
-        every score inside (-cap, cap), so no single key can take all of a softmax."""
-        return self.attn_softcap
 
     @property
     def context_note(self) -> str:

@@ -137,7 +137,7 @@ class Model:
             rows = slice(plan.first_rows[j], plan.first_rows[j] + n)
             cache.write(i, chunk.seq_id, chunk.start, k[rows], v[rows])
             keys, values = cache.read(i, chunk.seq_id, end)  # 2 x [KV, end, hd]
-            window, scale, softcap = cfg.window_of(i), cfg.attention_scale(i), cfg.attention_softcap(i)
+            window, scale, softcap = cfg.window_of(i), cfg.attention_scale(i), cfg.attn_softcap
             if cfg.n_heads * n * end > TILED_ATTENTION_MIN_SCORES:  # a long prefill: never hold all its scores
                 out[rows] = tiled_attention(q[rows], keys, values, chunk.start, window, scale,
                                             softcap=softcap)  # -> [n, H*hd]
@@ -153,7 +153,7 @@ class Model:
         cache.write_batch(i, slots, k[rows], v[rows])
         keys, values = cache.read_batch(i, slots)  # 2 x [KV, B, L, hd], padded to the longest
         mask = slots.mask(self.config.window_of(i))  # [B, L]
-        scale, softcap = self.config.attention_scale(i), self.config.attention_softcap(i)
+        scale, softcap = self.config.attention_scale(i), self.config.attn_softcap
         out[rows] = decode_attention(q[rows], keys, values, mask, scale, softcap)  # -> [B, H*hd]
 
     def feed_forward(self, i: int, layer: dict, h):
