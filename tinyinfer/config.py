@@ -57,7 +57,10 @@ class Config:
     query_pre_attn_scalar: float | None = None  # Gemma 2: scores scaled by its -1/2 power instead of head_dim's
     attn_softcap: float | None = None  # Gemma 2: scores become cap * tanh(score / cap) before the mask (every layer)
     final_softcap: float | None = None  # Gemma 2: the logits too
-    embed_scale: float = 1.0  # Gemma: embeddings are multiplied by sqrt(d_model)
+    embed_scale: float = 1.0  # embeddings are multiplied by it: sqrt(d_model) (Gemma), embedding_multiplier (Granite)
+    residual_scale: float = 1.0  # Granite: each sublayer's output times residual_multiplier before the residual add
+    attn_multiplier: float | None = None  # Granite: the score scale itself (attention_multiplier), not head_dim^-1/2
+    logits_divisor: float = 1.0  # Granite: the logits are divided by logits_scaling
     post_norms: bool = False  # Gemma 2: each sublayer's output is normed again before the residual add
     layer_types: list[str] = field(default_factory=list)  # per layer "full_attention" | "sliding_attention"
     tie_word_embeddings: bool = False
@@ -100,8 +103,11 @@ class Config:
 
     def attention_scale(self, layer: int) -> float:
         """The factor on layer `layer`'s q.k scores: 1/sqrt(head_dim), unless a GPT-2 config says otherwise
-        (or Gemma 2's query_pre_attn_scalar replaces head_dim). YaRN's and longrope's attention factor is not
-        here: it scales the rotated coordinates of q and k only, through cos and sin (tinyinfer/rope.py)."""
+        (or Gemma 2's query_pre_attn_scalar replaces head_dim, or Granite gives the factor itself). YaRN's and
+        longrope's attention factor is not here: it scales the rotated coordinates of q and k only, through cos
+        and sin (tinyinfer/rope.py)."""
+        if self.attn_multiplier is not None:
+            return self.attn_multiplier
         scale = (self.query_pre_attn_scalar or self.head_dim) ** -0.5 if self.attn_scale_weights else 1.0
         return scale / (layer + 1) if self.attn_scale_inverse_layer else scale
 
@@ -155,8 +161,10 @@ def _check_numbers(cfg: Config) -> None:
         if not is_integer_at_least(value):
             raise TinyInferError(f"config: {name}={value!r} must be an integer >= 1: fix {keys} in config.json "
                                  "(or the llama2.c header)")
-    optional = ("query_pre_attn_scalar", "attn_softcap", "final_softcap", "local_rope_theta")  # None: not used
-    for name in ("norm_eps", "rope_theta", "embed_scale", "partial_rotary_factor", *optional):
+    optional = ("query_pre_attn_scalar", "attn_softcap", "final_softcap", "local_rope_theta",
+                "attn_multiplier")  # None: not used
+    scales = ("embed_scale", "residual_scale", "logits_divisor")
+    for name in ("norm_eps", "rope_theta", "partial_rotary_factor", *scales, *optional):
         value = getattr(cfg, name)
         if value is None and name in optional:
             continue
@@ -221,6 +229,7 @@ BIAS_FIELDS = {
     "gemma": ("attention_bias", "attention_bias", False),
     "gemma2": ("attention_bias", "attention_bias", False),
     "gemma3_text": ("attention_bias", "attention_bias", False),
+    "granite": ("attention_bias", "attention_bias", "mlp_bias"),
 }
 
 
@@ -233,7 +242,7 @@ def _sliding(c: dict) -> tuple[int | None, list[str]]:
         qwen2_moe          with `use_sliding_window`: the even layers below `max_window_layers`
         qwen3_moe          with `use_sliding_window`: every layer
         llama, olmoe,      never (a `sliding_window` field is ignored)
-        gemma
+        gemma, granite
         gemma2, gemma3     the layers `layer_types` names; by default all but every `pattern`-th: the even
                            ones (Gemma 2: 2), five layers of six (Gemma 3: `sliding_window_pattern`, 6)
 
@@ -246,7 +255,7 @@ def _sliding(c: dict) -> tuple[int | None, list[str]]:
                                                                       else "sliding_attention" for i in range(n)])
     switched = model_type in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe")  # off unless use_sliding_window
     window = c.get("sliding_window") if not switched or c["use_sliding_window"] else None
-    if model_type in ("llama", "olmoe", "gemma") or not window:
+    if model_type in ("llama", "olmoe", "gemma", "granite") or not window:
         return None, ["full_attention"] * n
     if model_type in ("mistral", "mixtral", "qwen3_moe", "phi3"):
         return window, ["sliding_attention"] * n
@@ -308,6 +317,20 @@ HF_ACTIVATIONS = {
     "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu_fast": "gelu_tanh", "gelu_accurate": "gelu_tanh",
     "gelu": "gelu", "gelu_python": "gelu", "quick_gelu": "quick_gelu", "relu": "relu", "silu": "silu", "swish": "silu",
 }
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Llama bodies with a twist: Granite's multipliers
+# ---------------------------------------------------------------------------------------------------------------
+
+def _granite(c: dict) -> dict:
+    """Granite (IBM Granite 3.x dense): a Llama with four multipliers, so that a model trained at one width
+    transfers to others (muP-style): the embeddings times `embedding_multiplier`, each sublayer's output times
+    `residual_multiplier` before the residual add, the attention scores times `attention_multiplier` (instead of
+    head_dim^-1/2: its default is 1.0) and the logits divided by `logits_scaling`. `attention_bias` puts biases
+    on q, k, v and o alike, `mlp_bias` on the MLP."""
+    return dict(_llama_family(c), embed_scale=c["embedding_multiplier"], residual_scale=c["residual_multiplier"],
+                attn_multiplier=c["attention_multiplier"], logits_divisor=c["logits_scaling"])
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -523,6 +546,8 @@ HF_DEFAULTS = {
                         hidden_activation="gelu_pytorch_tanh", num_key_value_heads=4, query_pre_attn_scalar=256,
                         sliding_window=4096, layer_types=None, final_logit_softcapping=None,
                         attn_logit_softcapping=None, use_bidirectional_attention=False),
+    "granite": dict(_LLAMA_LIKE, attention_bias=False, mlp_bias=False, num_key_value_heads=None,
+                    embedding_multiplier=1.0, residual_multiplier=1.0, attention_multiplier=1.0, logits_scaling=1.0),
 }
 
 # model_type -> function translating its config.json into Config fields
@@ -540,6 +565,7 @@ HF_CONFIG_READERS = {
     "gemma": _gemma,
     "gemma2": _gemma2,
     "gemma3_text": _gemma3,
+    "granite": _granite,
 }
 
 

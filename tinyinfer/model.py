@@ -10,7 +10,8 @@ Architectures differ by switches in their Config, not by code paths: Gemma 2 nor
 again before adding it (`post_norms`: x = x + norm(attention(norm(x)))) and soft-caps attention scores and
 logits; Phi-3 rotates part of each head; Gemma's norms scale by 1 + weight (tinyinfer/norms.py); Gemma 3's
 sliding layers rotate with a RoPE of their own (`local_rope_theta`), so a pass computes one (cos, sin) pair per
-RoPE setting and each layer takes its own.
+RoPE setting and each layer takes its own; Granite scales the embeddings, each sublayer's output
+(`residual_scale`), the scores and the logits by numbers from its config.json.
 
 One function serves prefill (a whole prompt) and decode (one token), for one sequence or many at once:
 `forward` takes a list of `SeqChunk`s, each some new tokens of one sequence. Linear layers run on all
@@ -93,7 +94,7 @@ class Model:
         positions = np.concatenate([np.arange(c.start, c.start + len(c.tokens)) for c in chunks])  # [T]
         self._check_ids(ids, positions)
         x = p["embed"][to_device(ids, self.device)]  # [T] -> [T, d]
-        if cfg.embed_scale != 1.0:  # Gemma: sqrt(d), rounded to the embedding's dtype first as transformers does
+        if cfg.embed_scale != 1.0:  # Gemma: sqrt(d), Granite: its multiplier, rounded to the embedding's dtype first
             x = x * self.dtype.type(np.float32(cfg.embed_scale))
         if cfg.position == "learned":
             x = x + p["pos_embed"][to_device(positions, self.device)]  # GPT-2 adds a learned position vector
@@ -106,15 +107,26 @@ class Model:
             h = apply_norm(x, layer["attn_norm"], cfg.norm, cfg.norm_eps)
             layer_rope = local_rope if cfg.layer_types[i] == "sliding_attention" else rope
             h = self.attention_block(i, layer, h, chunks, plan, layer_rope, cache)  # [T, d]
-            x = x + (apply_norm(h, layer["post_attn_norm"], cfg.norm, cfg.norm_eps) if cfg.post_norms else h)
+            x = x + self._residual(h, layer, "post_attn_norm")
             h = apply_norm(x, layer["mlp_norm"], cfg.norm, cfg.norm_eps)
             h = self.feed_forward(i, layer, h)  # [T, d]
-            x = x + (apply_norm(h, layer["post_mlp_norm"], cfg.norm, cfg.norm_eps) if cfg.post_norms else h)
+            x = x + self._residual(h, layer, "post_mlp_norm")
         if not all_logits:
             last = np.cumsum([len(c.tokens) for c in chunks]) - 1
             x = x[to_device(last, self.device)]  # [T, d] -> [n_chunks, d]: only what sampling needs
         x = apply_norm(x, p["final_norm"], cfg.norm, cfg.norm_eps)
-        return soft_cap(x @ p["lm_head"], cfg.final_softcap)  # [*, d] -> [*, V]
+        logits = x @ p["lm_head"]  # [*, d] -> [*, V]
+        if cfg.logits_divisor != 1.0:  # Granite
+            logits = logits / self.dtype.type(cfg.logits_divisor)
+        return soft_cap(logits, cfg.final_softcap)
+
+    def _residual(self, h, layer: dict, post_norm: str):
+        """What a sublayer's output h adds to the residual stream: h itself, or h normed again (`post_norms`:
+        Gemma 2's norm named `post_norm`), times `residual_scale` (Granite).  [T, d] -> [T, d]"""
+        cfg = self.config
+        if cfg.post_norms:
+            h = apply_norm(h, layer[post_norm], cfg.norm, cfg.norm_eps)
+        return h * self.dtype.type(cfg.residual_scale) if cfg.residual_scale != 1.0 else h
 
     def attention_block(self, i: int, layer: dict, h, chunks: list[SeqChunk], plan: AttentionPlan, rope, cache):
         """Project to q, k, v for all tokens; attend sequence by sequence through the cache; project out."""

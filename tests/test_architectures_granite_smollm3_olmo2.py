@@ -1,0 +1,141 @@
+"""Granite against transformers, on tiny random checkpoints built here.
+
+What each adds to the Llama body, and where the variants below make it matter:
+- granite: four multipliers from config.json: the embeddings times `embedding_multiplier`, each sublayer's output
+  times `residual_multiplier` before the residual add, attention scores times `attention_multiplier` (in place of
+  head_dim^-1/2), logits divided by `logits_scaling`; `attention_bias` on q, k, v and o, `mlp_bias` on the MLP.
+
+Every parameter is re-randomised with a wide spread (weights_scripts/make_tiny_models.py says why) and every
+multiplier is far from 1 (the attention one far from head_dim^-1/2). MISTAKES shows that undoing any switch
+moves the logits by more than MISTAKE_MIN, far past the tolerance, so the parity below is not luck.
+
+Checked: logits against transformers (float32, eager attention) within 1e-4 at every position; cached decode
+against tinyinfer's own full recompute within 1e-9 (in float64); greedy tokens equal to transformers' generate;
+the serving engine (paged cache, batched decode) equal to model.generate.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+import transformers
+from tiny_models import assert_cached_decode_equals_full_recompute, built_once, hf_greedy, hf_logits, make_tiny_models, prompt_ids
+
+import tinyinfer
+from tinyinfer.config import config_from_hf
+from tinyinfer.engine import LLM
+from tinyinfer.memory import param_count
+from tinyinfer.model import Model
+from tinyinfer.sampling import SamplingParams
+
+LOGITS_ATOL = 1e-4  # against transformers (see test_parity_hf.py)
+MISTAKE_MIN = 0.5  # what undoing a switch must move some logit by (logits here reach about 3)
+
+BASE = dict(vocab_size=make_tiny_models.VOCAB_SIZE, hidden_size=48, intermediate_size=96, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, rms_norm_eps=1e-5,
+            bos_token_id=1, eos_token_id=2, pad_token_id=0)
+# head_dim 12: head_dim^-1/2 = 0.29, far from the attention multiplier
+GRANITE = dict(embedding_multiplier=6.0, residual_multiplier=0.4, attention_multiplier=0.7, logits_scaling=3.0)
+
+# name -> (transformers config class, fields, stored dtype)
+VARIANTS = {
+    "granite": ("GraniteConfig", GRANITE, "float32"),
+    "granite_bias_tied": ("GraniteConfig", {**GRANITE, "attention_bias": True, "mlp_bias": True,
+                                            "tie_word_embeddings": True}, "float32"),
+    "granite_bf16": ("GraniteConfig", GRANITE, "bfloat16"),
+}
+ONE_PER_FAMILY = ["granite_bias_tied"]
+
+
+def build(folder, config_class: str, fields: dict, dtype: str = "float32"):
+    """A checkpoint written by transformers itself (BASE + `fields`), every parameter re-randomised."""
+    config = getattr(transformers, config_class)(**{**BASE, **fields})
+    model = transformers.AutoModelForCausalLM.from_config(config)
+    make_tiny_models.randomise_(model, seed=0)  # norm weights ~ U(0.5, 1.5)
+    model.to(getattr(torch, dtype)).save_pretrained(folder)
+    transformers.GenerationConfig(bos_token_id=1, eos_token_id=2, do_sample=False).save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    """`checkpoint(name) -> Path`, each variant built once for this module."""
+    return built_once(tmp_path_factory.mktemp("architectures_granite"), lambda name, folder: build(folder, *VARIANTS[name]))
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_logits_match_transformers_at_every_position(name, checkpoint):
+    """A bf16 file is read exactly (bf16 widens to float32 without rounding), so it meets the float32 bound too."""
+    folder = checkpoint(name)
+    ids = prompt_ids(24)
+    np.testing.assert_allclose(tinyinfer.load(folder).logits(ids), hf_logits(folder, ids), rtol=0, atol=LOGITS_ATOL)
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_cached_decode_equals_full_recompute(name, checkpoint):
+    assert_cached_decode_equals_full_recompute(checkpoint(name), n=24)
+
+
+@pytest.mark.parametrize("name", ONE_PER_FAMILY)
+def test_greedy_tokens_equal_transformers_generate(name, checkpoint):
+    folder = checkpoint(name)
+    ids = prompt_ids(16, seed=2)
+    result = tinyinfer.load(folder).generate(ids, max_tokens=24, temperature=0.0, ignore_eos=True)
+    assert list(result.token_ids) == hf_greedy(folder, ids, 24)
+
+
+@pytest.mark.parametrize("name", ONE_PER_FAMILY)
+def test_serving_engine_gives_the_greedy_tokens_of_generate(name, checkpoint):
+    """Several sequences batched through the paged cache (one-token steps attended as one batch): each gets the
+    tokens model.generate gives it alone."""
+    model = tinyinfer.load(checkpoint(name))
+    prompts = [prompt_ids(n, seed=seed) for n, seed in ((20, 3), (9, 4), (14, 5), (3, 6))]
+    params = SamplingParams(max_tokens=16, temperature=0.0, ignore_eos=True)
+    results = LLM(model, block_size=4, max_num_batched_tokens=32).generate(prompts, params)
+    for prompt, result in zip(prompts, results):
+        assert result.token_ids == list(model.generate(prompt, params).token_ids)
+
+
+# Each switch undone (a Config change) must move some logit by MISTAKE_MIN, or the variant would not catch a
+# loader that forgot it.
+MISTAKES = {
+    "granite": [{"embed_scale": 1.0}, {"residual_scale": 1.0}, {"logits_divisor": 1.0},
+                {"attn_multiplier": None}],  # head_dim^-1/2, as in Llama
+}
+
+
+@pytest.mark.parametrize("name, change", [(name, change) for name, changes in MISTAKES.items() for change in changes],
+                         ids=lambda x: x if isinstance(x, str) else "-".join(x))
+def test_each_switch_matters(name, change, checkpoint):
+    folder = checkpoint(name)
+    model = tinyinfer.load(folder)
+    mistaken = Model(dataclasses.replace(model.config, **change), model.params)
+    ids = prompt_ids(24)
+    assert np.abs(mistaken.logits(ids) - hf_logits(folder, ids)).max() > MISTAKE_MIN
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_memory_arithmetic_counts_every_parameter(name, checkpoint):
+    """`tinyinfer memory` counts from the config alone: biases included."""
+    model = tinyinfer.load(checkpoint(name))
+    assert param_count(model.config) == model.n_params
+
+
+SIZES = {"vocab_size": 300, "hidden_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4,
+         "num_key_value_heads": 2, "intermediate_size": 96}
+
+
+def test_granite_config_file_reads_its_multipliers():
+    """The fields of granite-3.1-2b-instruct's config.json (sizes shrunk)."""
+    config = config_from_hf({**SIZES, "model_type": "granite", "attention_multiplier": 0.015625,
+                             "embedding_multiplier": 12.0, "logits_scaling": 8.0, "residual_multiplier": 0.22,
+                             "rope_theta": 5000000.0, "tie_word_embeddings": True, "attention_bias": False,
+                             "mlp_bias": False, "attention_dropout": 0.1})
+    assert (config.embed_scale, config.residual_scale, config.attention_scale(1), config.logits_divisor) == (
+        12.0, 0.22, 0.015625, 8.0)
+    assert (config.rope_theta, config.tie_word_embeddings, config.window_of(0)) == (5000000.0, True, None)
+    bare = config_from_hf({**SIZES, "model_type": "granite"})  # transformers' defaults: every multiplier 1.0
+    assert (bare.embed_scale, bare.residual_scale, bare.attention_scale(0), bare.logits_divisor) == (1.0, 1.0, 1.0, 1.0)
