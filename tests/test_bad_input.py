@@ -284,6 +284,8 @@ BAD_COMMAND_LINES = [
     (["bench", "serve", "--rate", "nan"], ["--rate"]),
     (["bench", "serve", "--seed", "-1"], ["--seed"]),
     (["bench", "serve", "--prefix-requests", "0"], ["--prefix-requests"]),
+    (["bench", "step", "--concurrency", "1"], ["--concurrency"]),
+    (["bench", "step", "--model", "shakespeare", "--context", "500"], ["--context 500", "lower --context"]),
     (["bench", "decode", "--threads", "0"], ["--threads"]),
     (["bench", "decode", "--tokens", "0"], ["--tokens"]),
     (["bench", "tokenizer", "--repeats", "0"], ["--repeats"]),

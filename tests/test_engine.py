@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 import numpy as np
 import pytest
@@ -10,7 +11,7 @@ from conftest import shared_data
 from engine_helpers import assert_same_as_solo, random_prompt, solo, stories  # noqa: F401 - stories is a fixture
 
 import tinyinfer
-from tinyinfer.bench import serve
+from tinyinfer.bench import serve, step
 from tinyinfer.engine import LLM
 from tinyinfer.errors import TinyInferError
 from tinyinfer.sampling import SamplingParams
@@ -275,6 +276,30 @@ def test_bench_serve_tells_a_rounding_tie_from_a_bug(stories):
     prompt = workload[2].prompt_ids + reference.token_ids[2][:3]
     broken.token_ids[2][3] = int(stories.logits(prompt)[-1].argmin())  # greedy would never pick the least likely
     assert not serve.check_same_tokens(stories, workload, reference, [broken])
+
+
+def test_bench_step_times_each_part_without_disturbing_the_engine(stories, capsys):
+    """The parts are timed on the engine's own sequences (the attention rewrites what the cache holds): after
+    the timing, every sequence goes on to the tokens it gets alone."""
+    prompts = [serve.random_prompt(stories, np.random.default_rng(i), 10 + 3 * i) for i in range(4)]
+    params = SamplingParams(temperature=0.8, max_tokens=12, ignore_eos=True)
+    llm = step.filled_engine(stories, prompts, params)
+    parts = step.time_parts(stories, llm, repeats=2)
+    assert parts.pop("detokenizing") == 0.0  # this model has no tokenizer: nothing to detokenize
+    assert all(seconds > 0 for seconds in parts.values()), parts
+    finished = {}
+    while llm.has_unfinished():
+        finished.update((out.request_id, out.token_ids) for out in llm.step() if out.finished)
+    for i, prompt in enumerate(prompts):
+        assert finished[str(i)] == stories.generate(prompt, dataclasses.replace(params, seed=i)).token_ids
+    parser = argparse.ArgumentParser()
+    step.add_arguments(parser)
+    args = parser.parse_args(["--model", str(shared_data("models/stories260K/stories260K.bin")), "--concurrency", "3",
+                              "--context", "16", "--repeats", "2"])
+    assert step.run(args) == 0
+    out = capsys.readouterr().out
+    for line in ("one engine step (3 tokens)", "weight products", "attention", "sampling (3 rows)", "at most"):
+        assert line in out
 
 
 def test_text_prompts_stop_strings_and_streamed_text_match_model_generate():

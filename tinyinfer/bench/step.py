@@ -1,0 +1,191 @@
+"""`tinyinfer bench step`: where the time of one serving step goes, and what that caps batching at.
+
+A decode step of B sequences in one batch shares some of its work among them, and not the rest:
+
+- shared: running the layers at all (a few hundred array operations a step, whatever B) and reading each
+  weight matrix from memory once;
+- per sequence, whatever the batch: its multiply-adds with every weight (a product of B rows costs B times
+  the FLOPs of one row), reading its own keys and values in every layer, sampling its next token over the
+  whole vocabulary, and detokenizing it.
+
+Sequential generation pays both parts for every token. Batching divides the shared part by B but leaves the
+per-sequence part whole, so the per-sequence part alone bounds what batching can gain: on a GPU it is
+small beside reading the weights, and a batch of 32 costs little more than one sequence; on a CPU with a small
+model it is most of the step.
+
+This bench fills an engine with `--concurrency` sequences of `--context` tokens, all decoding, and times
+(fastest of `--repeats` runs each, so that other work on the machine, which only ever slows a run, drops out):
+
+    one engine step (a token for every sequence)
+      its forward pass, and inside it, each run alone on the same shapes: the weight products, and the
+      attention (writing the new keys and values, gathering every sequence's blocks, the products, softmax)
+      the sampling and the detokenizing of a token for every sequence
+
+next to `model.generate` of one such sequence, whose time per output token is a sequential step. Per token,
+their ratio is the most continuous batching gains over sequential generation here in the steady state;
+a served workload also pays the same prefills in both modes and ends on a tail of small batches.
+
+    python -m tinyinfer bench step                      # the built-in model: 32 sequences of 128 tokens
+    python -m tinyinfer bench step --concurrency 8 --context 256
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+import tinyinfer
+from tinyinfer.bench.serve import random_prompt
+from tinyinfer.commands import at_least
+from tinyinfer.engine import LLM
+from tinyinfer.errors import TinyInferError
+from tinyinfer.model import SeqChunk, leaves
+from tinyinfer.sampling import Sampler, SamplingParams
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--model", default=None, help="built-in name, model folder, llama2.c .bin, or HF repo id "
+                        "(default: the built-in model)")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--concurrency", type=at_least(2), default=32, help="sequences decoding together")
+    parser.add_argument("--context", type=at_least(1), default=128, help="prompt tokens of each sequence")
+    parser.add_argument("--repeats", type=at_least(1), default=20, help="runs of each part; the fastest is kept")
+    parser.add_argument("--temperature", type=float, default=0.8)
+    parser.add_argument("--seed", type=at_least(0), default=0)
+    parser.add_argument("--blas-threads", type=at_least(1), default=1,
+                        help="matrix-library threads (1 by default, as in bench serve)")
+
+
+def run(args) -> int:
+    with threadpool_limits(limits=args.blas_threads, user_api="blas"):
+        model = tinyinfer.load(args.model, device=args.device)
+        if model.config.n_experts:
+            raise TinyInferError("bench step times the products of a dense model; for a Mixture-of-Experts model "
+                                 "see `tinyinfer bench moe`")
+        room = model.config.max_seq_len - args.context  # tokens each sequence may still gain
+        if room < 2 * args.repeats + 32:  # some decode while others prefill; then `repeats` steps are timed
+            raise TinyInferError(f"--context {args.context} leaves {room} of the model's {model.config.max_seq_len} "
+                                 f"positions to generate in; lower --context (or --repeats)")
+        params = SamplingParams(temperature=args.temperature, max_tokens=room, ignore_eos=True)
+        prompts = [random_prompt(model, np.random.default_rng([args.seed, i]), args.context)
+                   for i in range(args.concurrency)]
+        llm = filled_engine(model, prompts, params)
+        parts = time_parts(model, llm, args.repeats)
+        alone = min(model.generate(prompts[0], dataclasses.replace(params, max_tokens=32)).timings.tpot_s
+                    for _ in range(3))
+    print(f"model: {args.model or 'built-in'} ({model.n_params / 1e6:.2f}M parameters), device {args.device}; "
+          f"{args.concurrency} sequences of {args.context}+ tokens, all decoding; BLAS threads {args.blas_threads}; "
+          f"fastest of {args.repeats} runs of each part")
+    print_parts(parts, args.concurrency, alone)
+    return 0
+
+
+def filled_engine(model, prompts: list[list[int]], params: SamplingParams) -> LLM:
+    """An engine running every prompt, stepped until all of them have finished prefill and are decoding."""
+    llm = LLM(model, max_num_seqs=len(prompts))
+    for i, prompt in enumerate(prompts):
+        llm.add_request(prompt, dataclasses.replace(params, seed=i))
+    while llm.scheduler.waiting or any(not seq.output_ids for seq in llm.scheduler.running):
+        llm.step()
+    return llm
+
+
+def fastest(fn, repeats: int) -> float:
+    """The shortest of `repeats` runs of fn(), in seconds."""
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def time_parts(model, llm: LLM, repeats: int) -> dict[str, float]:
+    """Seconds of one engine step and of each part of it, timed alone on the engine's own sequences."""
+    seqs = list(llm.scheduler.running)
+    # each sequence's newest cached position again: its keys and values are rewritten with the same numbers
+    chunks = [SeqChunk(seq.seq_id, seq.num_tokens - 2, [seq.tokens[-2]], seq.lora) for seq in seqs]
+    logits = model.forward(chunks, llm.cache)  # [B, V]
+    samplers = [Sampler(seq.params, seq.prompt_ids, rng=np.random.default_rng(i)) for i, seq in enumerate(seqs)]
+    parts = {
+        "forward pass": fastest(lambda: model.forward(chunks, llm.cache), repeats),
+        "weight products": fastest(weight_products(model, len(seqs)), repeats),
+        "attention": fastest(decode_attention_of(model, llm, chunks), repeats),
+        "sampling": fastest(lambda: [s.sample(row) for s, row in zip(samplers, logits)], repeats),
+        "detokenizing": fastest(detokenizing(model, seqs), repeats) if model.tokenizer is not None else 0.0,
+    }
+    parts["engine step"] = fastest(llm.step, repeats)  # last: each step adds a token to every sequence
+    return parts
+
+
+def weight_products(model, rows: int):
+    """A function doing the products of a decode step of `rows` sequences: x @ w for every weight matrix of
+    every layer, and the LM head, with x random of the shape the forward pass gives it."""
+    rng = np.random.default_rng(0)
+    xp = model.xp
+    weights = [w for w in leaves(model.params["layers"]) if w.ndim == 2] + [model.params["lm_head"]]
+    inputs = [xp.asarray(rng.standard_normal((rows, w.shape[0])).astype(model.dtype)) for w in weights]
+    return lambda: [x @ w for x, w in zip(inputs, weights)]
+
+
+def decode_attention_of(model, llm: LLM, chunks: list[SeqChunk]):
+    """A function doing the attention of a decode step of `chunks` in every layer, as the forward pass does
+    (the batched groups of `Model.decode_block`), writing back the keys and values already cached there."""
+    cfg, cache, xp = model.config, llm.cache, model.xp
+    plan = model._plan_attention(chunks, cache)
+    shape = (len(chunks), cfg.n_kv_heads, cfg.head_dim)  # [B, KV, hd]
+    q = xp.asarray(np.random.default_rng(0).standard_normal((len(chunks), cfg.n_heads, cfg.head_dim)),
+                   dtype=model.dtype)  # [B, H, hd]
+    out = xp.empty((len(chunks), cfg.n_heads * cfg.head_dim), dtype=model.dtype)  # [B, H*hd]
+    k, v = [xp.empty(shape, model.dtype) for _ in cache.k], [xp.empty(shape, model.dtype) for _ in cache.v]
+    for i in range(cfg.n_layers):
+        for rows, slots in plan.decode_groups:  # what the cache holds where the step writes: [KV, b, hd] -> [b, KV, hd]
+            k[i][rows] = cache.k[i][:, slots.blocks, slots.offsets].transpose(1, 0, 2)
+            v[i][rows] = cache.v[i][:, slots.blocks, slots.offsets].transpose(1, 0, 2)
+
+    def attend():
+        for i in range(cfg.n_layers):
+            for rows, slots in plan.decode_groups:
+                model.decode_block(i, rows, slots, q, k[i], v[i], out, cache)
+
+    return attend
+
+
+def detokenizing(model, seqs):
+    """A function pushing one more token of each sequence through its own streaming detokenizer."""
+    from tinyinfer.tokenizer import StreamingDetokenizer  # noqa: PLC0415 - models without a tokenizer skip it
+
+    streams = [StreamingDetokenizer(model.tokenizer) for _ in seqs]
+    for stream, seq in zip(streams, seqs):
+        for token in seq.output_ids:
+            stream.push(token)
+    return lambda: [stream.push(seq.output_ids[-1]) for stream, seq in zip(streams, seqs)]
+
+
+def print_parts(parts: dict[str, float], rows: int, alone_tpot: float) -> None:
+    ms = {name: 1000 * seconds for name, seconds in parts.items()}
+    lines = [
+        (f"one engine step ({rows} tokens)", ms["engine step"], ""),
+        ("  forward pass", ms["forward pass"], ""),
+        (f"    weight products (every matrix, {rows} rows)", ms["weight products"], ""),
+        ("    attention (write, gather, products, softmax)", ms["attention"], ""),
+        ("    the rest: norms, RoPE, activations, ...",
+         ms["forward pass"] - ms["weight products"] - ms["attention"], "  (the difference)"),
+        (f"  sampling ({rows} rows)", ms["sampling"], ""),
+        (f"  detokenizing ({rows} tokens)", ms["detokenizing"], ""),
+        ("  scheduling and the engine's bookkeeping",
+         ms["engine step"] - ms["forward pass"] - ms["sampling"] - ms["detokenizing"], "  (the difference)"),
+    ]
+    print()
+    for label, value, note in lines:
+        print(f"{label:<52}{value:>7.2f} ms{note}")
+    per_token = ms["engine step"] / rows
+    unshared = sum(ms[name] for name in ("weight products", "attention", "sampling", "detokenizing")) / rows
+    alone = 1000 * alone_tpot
+    print(f"\nper token: {per_token:.3f} ms in the batch, {alone:.3f} ms generating alone (model.generate's TPOT): "
+          f"in the steady state, continuous batching is at most {alone / per_token:.1f}x sequential generation")
+    print(f"work no batch shares, per token: products, attention, sampling and detokenizing {unshared:.3f} ms: "
+          f"with no other cost at all, batching could reach {alone / unshared:.1f}x")
