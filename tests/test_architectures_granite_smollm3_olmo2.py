@@ -1,12 +1,14 @@
-"""Granite against transformers, on tiny random checkpoints built here.
+"""Granite and SmolLM3 against transformers, on tiny random checkpoints built here.
 
 What each adds to the Llama body, and where the variants below make it matter:
 - granite: four multipliers from config.json: the embeddings times `embedding_multiplier`, each sublayer's output
   times `residual_multiplier` before the residual add, attention scores times `attention_multiplier` (in place of
-  head_dim^-1/2), logits divided by `logits_scaling`; `attention_bias` on q, k, v and o, `mlp_bias` on the MLP.
+  head_dim^-1/2), logits divided by `logits_scaling`; `attention_bias` on q, k, v and o, `mlp_bias` on the MLP;
+- smollm3: layers without RoPE (a 0 in `no_rope_layers`, or every `no_rope_layer_interval`-th layer), and a window
+  on the layers `layer_types` names (by default the NoPE layers, with `use_sliding_window`).
 
 Every parameter is re-randomised with a wide spread (weights_scripts/make_tiny_models.py says why) and every
-multiplier is far from 1 (the attention one far from head_dim^-1/2). MISTAKES shows that undoing any switch
+multiplier is far from 1 (the attention one far from head_dim^-1/2); windows are far shorter than the prompts. MISTAKES shows that undoing any switch
 moves the logits by more than MISTAKE_MIN, far past the tolerance, so the parity below is not luck.
 
 Checked: logits against transformers (float32, eager attention) within 1e-4 at every position; cached decode
@@ -27,12 +29,14 @@ from tiny_models import assert_cached_decode_equals_full_recompute, built_once, 
 import tinyinfer
 from tinyinfer.config import config_from_hf
 from tinyinfer.engine import LLM
+from tinyinfer.errors import TinyInferError
 from tinyinfer.memory import param_count
 from tinyinfer.model import Model
 from tinyinfer.sampling import SamplingParams
 
 LOGITS_ATOL = 1e-4  # against transformers (see test_parity_hf.py)
 MISTAKE_MIN = 0.5  # what undoing a switch must move some logit by (logits here reach about 3)
+WINDOW = 6  # keys; far shorter than the 24-token prompts
 
 BASE = dict(vocab_size=make_tiny_models.VOCAB_SIZE, hidden_size=48, intermediate_size=96, num_hidden_layers=2,
             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, rms_norm_eps=1e-5,
@@ -46,8 +50,18 @@ VARIANTS = {
     "granite_bias_tied": ("GraniteConfig", {**GRANITE, "attention_bias": True, "mlp_bias": True,
                                             "tie_word_embeddings": True}, "float32"),
     "granite_bf16": ("GraniteConfig", GRANITE, "bfloat16"),
+    # 4 layers: the default interval, 4, would leave only the last one without RoPE; 2 takes layers 1 and 3
+    "smollm3": ("SmolLM3Config", {"num_hidden_layers": 4, "no_rope_layer_interval": 2}, "float32"),
+    "smollm3_window_bias": ("SmolLM3Config", {"num_hidden_layers": 4, "no_rope_layers": [0, 1, 1, 0],
+                                              "use_sliding_window": True, "sliding_window": WINDOW,
+                                              "attention_bias": True, "mlp_bias": True}, "float32"),
+    # an explicit list: its sliding layers slide even without use_sliding_window (transformers' masks follow it)
+    "smollm3_layer_types_untied": ("SmolLM3Config", {"num_hidden_layers": 4, "sliding_window": WINDOW,
+                                                     "layer_types": ["full_attention", "sliding_attention"] * 2,
+                                                     "tie_word_embeddings": False}, "float32"),
+    "smollm3_bf16": ("SmolLM3Config", {"num_hidden_layers": 4, "no_rope_layer_interval": 2}, "bfloat16"),
 }
-ONE_PER_FAMILY = ["granite_bias_tied"]
+ONE_PER_FAMILY = ["granite_bias_tied", "smollm3_window_bias"]
 
 
 def build(folder, config_class: str, fields: dict, dtype: str = "float32"):
@@ -104,6 +118,10 @@ def test_serving_engine_gives_the_greedy_tokens_of_generate(name, checkpoint):
 MISTAKES = {
     "granite": [{"embed_scale": 1.0}, {"residual_scale": 1.0}, {"logits_divisor": 1.0},
                 {"attn_multiplier": None}],  # head_dim^-1/2, as in Llama
+    "smollm3": [{"nope_layers": []},  # RoPE everywhere
+                {"nope_layers": [0, 2]}],  # the other layers without it
+    "smollm3_window_bias": [{"layer_types": ["full_attention"] * 4},  # no window
+                            {"nope_layers": [0]}],  # the last layer rotates
 }
 
 
@@ -139,3 +157,39 @@ def test_granite_config_file_reads_its_multipliers():
     assert (config.rope_theta, config.tie_word_embeddings, config.window_of(0)) == (5000000.0, True, None)
     bare = config_from_hf({**SIZES, "model_type": "granite"})  # transformers' defaults: every multiplier 1.0
     assert (bare.embed_scale, bare.residual_scale, bare.attention_scale(0), bare.logits_divisor) == (1.0, 1.0, 1.0, 1.0)
+
+
+def test_smollm3_config_reads_its_layers_as_transformers_does(checkpoint):
+    nope = {name: tinyinfer.load(checkpoint(name)).config.nope_layers
+            for name in ("smollm3", "smollm3_window_bias", "smollm3_layer_types_untied")}
+    assert nope == {"smollm3": [1, 3], "smollm3_window_bias": [0, 3], "smollm3_layer_types_untied": [3]}
+    windowed = tinyinfer.load(checkpoint("smollm3_window_bias")).config
+    assert [windowed.window_of(i) for i in range(4)] == [WINDOW, None, None, WINDOW]  # the NoPE layers
+    listed = tinyinfer.load(checkpoint("smollm3_layer_types_untied")).config
+    assert [listed.window_of(i) for i in range(4)] == [None, WINDOW, None, WINDOW]
+
+
+def test_smollm3_config_file_reads():
+    """The fields of SmolLM3-3B's config.json (sizes shrunk to 8 layers): every 4th layer without RoPE."""
+    config = config_from_hf({**SIZES, "model_type": "smollm3", "num_hidden_layers": 8, "rope_theta": 5000000.0,
+                             "no_rope_layers": [1, 1, 1, 0, 1, 1, 1, 0], "no_rope_layer_interval": 4,
+                             "use_sliding_window": False, "sliding_window": None, "max_position_embeddings": 65536,
+                             "layer_types": ["full_attention"] * 8, "rope_scaling": None})
+    assert (config.nope_layers, config.rope_theta, config.tie_word_embeddings) == ([3, 7], 5000000.0, True)
+    assert [config.window_of(i) for i in range(8)] == [None] * 8
+    bare = config_from_hf({**SIZES, "model_type": "smollm3", "num_hidden_layers": 8})
+    theirs = transformers.SmolLM3Config(**{**SIZES, "num_hidden_layers": 8})  # its defaults: interval 4, theta 2e6
+    assert bare.nope_layers == [i for i, rotates in enumerate(theirs.no_rope_layers) if not rotates] == [3, 7]
+    assert bare.rope_theta == theirs.rope_parameters["rope_theta"]
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"no_rope_layers": [1, 0]}, r"no_rope_layers=\[1, 0\] must be a list of 4 flags"),
+    ({"no_rope_layers": [1, 2, 1, 1]}, "must be a list of 4 flags, 1 .RoPE. or 0"),
+    ({"no_rope_layer_interval": 0}, "no_rope_layer_interval=0 must be an integer >= 1"),
+    ({"use_sliding_window": True, "sliding_window": None, "layer_types": ["sliding_attention"] * 4},
+     "sliding_window is null"),
+])
+def test_smollm3_options_tinyinfer_cannot_honour_are_refused_by_name(fields, message):
+    with pytest.raises(TinyInferError, match=message):
+        config_from_hf({**SIZES, "model_type": "smollm3", "num_hidden_layers": 4, **fields})

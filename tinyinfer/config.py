@@ -46,6 +46,7 @@ class Config:
     rope_scaling: dict | None = None  # {"rope_type": "linear"|"llama3"|"yarn"|"longrope" (Phi-3), ...} or None
     local_rope_theta: float | None = None  # Gemma 3: sliding layers rotate with this theta, unscaled (None: as all)
     partial_rotary_factor: float = 1.0  # Phi-3: RoPE rotates only the first int(head_dim * factor) coordinates
+    nope_layers: list[int] = field(default_factory=list)  # SmolLM3: layers that do not rotate q and k ("NoPE")
     qkv_bias: bool = False
     o_bias: bool = False
     mlp_bias: bool = False
@@ -83,6 +84,8 @@ class Config:
         if len(self.layer_types) != self.n_layers:
             raise TinyInferError(f"config: layer_types has {len(self.layer_types)} entries for {self.n_layers} layers; "
                                  "give one per layer (or leave layer_types out)")
+        if any(not isinstance(i, int) or not 0 <= i < self.n_layers for i in self.nope_layers):
+            raise TinyInferError(f"config: nope_layers={self.nope_layers} must list layer indices below {self.n_layers}")
         unknown = sorted(set(self.layer_types) - {"full_attention", "sliding_attention"})
         if unknown:
             raise TinyInferError(f"config: layer type {unknown[0]!r} is not supported (supported: full_attention, "
@@ -230,6 +233,7 @@ BIAS_FIELDS = {
     "gemma2": ("attention_bias", "attention_bias", False),
     "gemma3_text": ("attention_bias", "attention_bias", False),
     "granite": ("attention_bias", "attention_bias", "mlp_bias"),
+    "smollm3": ("attention_bias", "attention_bias", "mlp_bias"),
 }
 
 
@@ -245,10 +249,16 @@ def _sliding(c: dict) -> tuple[int | None, list[str]]:
         gemma, granite
         gemma2, gemma3     the layers `layer_types` names; by default all but every `pattern`-th: the even
                            ones (Gemma 2: 2), five layers of six (Gemma 3: `sliding_window_pattern`, 6)
+        smollm3            the layers `layer_types` names (whatever `use_sliding_window` says: transformers'
+                           masks follow the list); by default, with `use_sliding_window`, the NoPE layers
 
     Qwen2, Qwen3 and Qwen2-MoE follow an explicit `layer_types` list instead (transformers 5 writes one).
     """
     model_type, n = c["model_type"], c["num_hidden_layers"]
+    if model_type == "smollm3":
+        window, nope = c.get("sliding_window"), _smollm3_nope_layers(c)
+        slides = [c["use_sliding_window"] and window is not None and i in nope for i in range(n)]
+        return window, list(c.get("layer_types") or ["sliding_attention" if s else "full_attention" for s in slides])
     if model_type in ("gemma2", "gemma3_text"):
         pattern = 2 if model_type == "gemma2" else c.get("sliding_window_pattern", 6)  # as transformers reads it
         return c.get("sliding_window"), list(c.get("layer_types") or ["full_attention" if (i + 1) % pattern == 0
@@ -320,7 +330,7 @@ HF_ACTIVATIONS = {
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Llama bodies with a twist: Granite's multipliers
+# Llama bodies with a twist: Granite's multipliers, SmolLM3's layers without RoPE
 # ---------------------------------------------------------------------------------------------------------------
 
 def _granite(c: dict) -> dict:
@@ -331,6 +341,31 @@ def _granite(c: dict) -> dict:
     on q, k, v and o alike, `mlp_bias` on the MLP."""
     return dict(_llama_family(c), embed_scale=c["embedding_multiplier"], residual_scale=c["residual_multiplier"],
                 attn_multiplier=c["attention_multiplier"], logits_divisor=c["logits_scaling"])
+
+
+def _smollm3(c: dict) -> dict:
+    """SmolLM3: a Llama whose layers listed 0 in `no_rope_layers` skip RoPE (NoPE: they see no positions, only
+    the causal order; by default every `no_rope_layer_interval`-th layer, the 4th, 8th...), with a window on the
+    layers `layer_types` names (by default the NoPE ones, when `use_sliding_window` and `sliding_window` are set)."""
+    return _check_window(c, dict(_llama_family(c), nope_layers=_smollm3_nope_layers(c)))
+
+
+def _smollm3_nope_layers(c: dict) -> list[int]:
+    """The layers that skip RoPE, as SmolLM3Config decides: a 0 in `no_rope_layers` (one flag per layer, 1 = RoPE),
+    or, without that list, every `no_rope_layer_interval`-th layer.
+
+        >>> _smollm3_nope_layers({"num_hidden_layers": 8, "no_rope_layers": None, "no_rope_layer_interval": 4})
+        [3, 7]
+    """
+    n, flags, interval = c["num_hidden_layers"], c["no_rope_layers"], c["no_rope_layer_interval"]
+    if flags is None:
+        if not is_integer_at_least(interval):
+            raise TinyInferError(f"config.json (smollm3): no_rope_layer_interval={interval!r} must be an integer >= 1")
+        flags = [int((i + 1) % interval != 0) for i in range(n)]
+    if not isinstance(flags, list) or len(flags) < n or any(flag not in (0, 1) for flag in flags):
+        raise TinyInferError(f"config.json (smollm3): no_rope_layers={flags!r} must be a list of {n} flags, 1 (RoPE) or "
+                             "0 (no RoPE), one per layer (or null, to take every no_rope_layer_interval-th layer)")
+    return [i for i in range(n) if not flags[i]]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -548,6 +583,9 @@ HF_DEFAULTS = {
                         attn_logit_softcapping=None, use_bidirectional_attention=False),
     "granite": dict(_LLAMA_LIKE, attention_bias=False, mlp_bias=False, num_key_value_heads=None,
                     embedding_multiplier=1.0, residual_multiplier=1.0, attention_multiplier=1.0, logits_scaling=1.0),
+    "smollm3": dict(_LLAMA_LIKE, max_position_embeddings=32768, rope_theta=2_000_000.0, num_key_value_heads=4,
+                    tie_word_embeddings=True, attention_bias=False, mlp_bias=False, use_sliding_window=False,
+                    sliding_window=None, no_rope_layers=None, no_rope_layer_interval=4, layer_types=None),
 }
 
 # model_type -> function translating its config.json into Config fields
@@ -566,6 +604,7 @@ HF_CONFIG_READERS = {
     "gemma2": _gemma2,
     "gemma3_text": _gemma3,
     "granite": _granite,
+    "smollm3": _smollm3,
 }
 
 

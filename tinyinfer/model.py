@@ -10,7 +10,7 @@ Architectures differ by switches in their Config, not by code paths: Gemma 2 nor
 again before adding it (`post_norms`: x = x + norm(attention(norm(x)))) and soft-caps attention scores and
 logits; Phi-3 rotates part of each head; Gemma's norms scale by 1 + weight (tinyinfer/norms.py); Gemma 3's
 sliding layers rotate with a RoPE of their own (`local_rope_theta`), so a pass computes one (cos, sin) pair per
-RoPE setting and each layer takes its own; Granite scales the embeddings, each sublayer's output
+RoPE setting and each layer takes its own (SmolLM3's NoPE layers none); Granite scales the embeddings, each sublayer's output
 (`residual_scale`), the scores and the logits by numbers from its config.json.
 
 One function serves prefill (a whole prompt) and decode (one token), for one sequence or many at once:
@@ -106,6 +106,8 @@ class Model:
         for i, layer in enumerate(p["layers"]):
             h = apply_norm(x, layer["attn_norm"], cfg.norm, cfg.norm_eps)
             layer_rope = local_rope if cfg.layer_types[i] == "sliding_attention" else rope
+            if i in cfg.nope_layers:  # SmolLM3: this layer sees no positions, only the causal order
+                layer_rope = None
             h = self.attention_block(i, layer, h, chunks, plan, layer_rope, cache)  # [T, d]
             x = x + self._residual(h, layer, "post_attn_norm")
             h = apply_norm(x, layer["mlp_norm"], cfg.norm, cfg.norm_eps)

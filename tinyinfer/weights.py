@@ -106,8 +106,8 @@ def gpt2_params(get: Getter, cfg: Config) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Llama family (llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3_text, granite; phi3 with fused weights):
-# nn.Linear layers, RMSNorm, a gated MLP.
+# Llama family (llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3_text, granite, smollm3; phi3 with fused
+# weights): nn.Linear layers, RMSNorm, a gated MLP.
 # ---------------------------------------------------------------------------------------------------------------
 
 def llama_attention(get: Getter, cfg: Config, p: str) -> dict:
@@ -244,6 +244,7 @@ PARAM_BUILDERS = {
     "gemma2": (llama_params, ()),
     "gemma3_text": (llama_params, ("language_model.",)),  # a multimodal Gemma 3 keeps its text model there
     "granite": (llama_params, ()),
+    "smollm3": (llama_params, ()),
 }
 
 
