@@ -1,11 +1,13 @@
-"""Granite and SmolLM3 against transformers, on tiny random checkpoints built here.
+"""Granite, SmolLM3 and OLMo 2 against transformers, on tiny random checkpoints built here.
 
 What each adds to the Llama body, and where the variants below make it matter:
 - granite: four multipliers from config.json: the embeddings times `embedding_multiplier`, each sublayer's output
   times `residual_multiplier` before the residual add, attention scores times `attention_multiplier` (in place of
   head_dim^-1/2), logits divided by `logits_scaling`; `attention_bias` on q, k, v and o, `mlp_bias` on the MLP;
 - smollm3: layers without RoPE (a 0 in `no_rope_layers`, or every `no_rope_layer_interval`-th layer), and a window
-  on the layers `layer_types` names (by default the NoPE layers, with `use_sliding_window`).
+  on the layers `layer_types` names (by default the NoPE layers, with `use_sliding_window`);
+- olmo2: norms on each sublayer's output only (x = x + norm(attention(x))), q and k each normed over the whole
+  projection (all heads as one) before RoPE; `attention_bias` on q, k, v and o.
 
 Every parameter is re-randomised with a wide spread (weights_scripts/make_tiny_models.py says why) and every
 multiplier is far from 1 (the attention one far from head_dim^-1/2); windows are far shorter than the prompts. MISTAKES shows that undoing any switch
@@ -60,8 +62,12 @@ VARIANTS = {
                                                      "layer_types": ["full_attention", "sliding_attention"] * 2,
                                                      "tie_word_embeddings": False}, "float32"),
     "smollm3_bf16": ("SmolLM3Config", {"num_hidden_layers": 4, "no_rope_layer_interval": 2}, "bfloat16"),
+    "olmo2": ("Olmo2Config", {}, "float32"),
+    "olmo2_bias_tied_mha": ("Olmo2Config", {"attention_bias": True, "tie_word_embeddings": True,
+                                            "num_key_value_heads": 4}, "float32"),
+    "olmo2_bf16": ("Olmo2Config", {}, "bfloat16"),
 }
-ONE_PER_FAMILY = ["granite_bias_tied", "smollm3_window_bias"]
+ONE_PER_FAMILY = ["granite_bias_tied", "smollm3_window_bias", "olmo2"]
 
 
 def build(folder, config_class: str, fields: dict, dtype: str = "float32"):
@@ -122,6 +128,7 @@ MISTAKES = {
                 {"nope_layers": [0, 2]}],  # the other layers without it
     "smollm3_window_bias": [{"layer_types": ["full_attention"] * 4},  # no window
                             {"nope_layers": [0]}],  # the last layer rotates
+    "olmo2": [{"qk_norm": False}],
 }
 
 
@@ -135,9 +142,22 @@ def test_each_switch_matters(name, change, checkpoint):
     assert np.abs(mistaken.logits(ids) - hf_logits(folder, ids)).max() > MISTAKE_MIN
 
 
+def test_olmo2_norms_at_the_sublayer_inputs_move_the_logits_far(checkpoint):
+    """The same norm weights in Llama's places (x = x + attention(norm(x))): the mistake a loader reading OLMo 2
+    as a Llama would make."""
+    folder = checkpoint("olmo2")
+    model = tinyinfer.load(folder)
+    layers = [dict(layer, attn_norm=layer["post_attn_norm"], mlp_norm=layer["post_mlp_norm"])
+              for layer in model.params["layers"]]
+    mistaken = Model(dataclasses.replace(model.config, pre_norms=True, post_norms=False),
+                     dict(model.params, layers=layers))
+    ids = prompt_ids(24)
+    assert np.abs(mistaken.logits(ids) - hf_logits(folder, ids)).max() > MISTAKE_MIN
+
+
 @pytest.mark.parametrize("name", VARIANTS)
 def test_memory_arithmetic_counts_every_parameter(name, checkpoint):
-    """`tinyinfer memory` counts from the config alone: biases included."""
+    """`tinyinfer memory` counts from the config alone: biases, OLMo 2's two norms per layer and q/k norms included."""
     model = tinyinfer.load(checkpoint(name))
     assert param_count(model.config) == model.n_params
 
@@ -193,3 +213,13 @@ def test_smollm3_config_file_reads():
 def test_smollm3_options_tinyinfer_cannot_honour_are_refused_by_name(fields, message):
     with pytest.raises(TinyInferError, match=message):
         config_from_hf({**SIZES, "model_type": "smollm3", "num_hidden_layers": 4, **fields})
+
+
+def test_olmo2_config_file_reads():
+    """The fields of OLMo-2-1124-7B's config.json (sizes shrunk)."""
+    config = config_from_hf({**SIZES, "model_type": "olmo2", "attention_bias": False, "rms_norm_eps": 1e-6,
+                             "rope_scaling": None, "rope_theta": 500000, "tie_word_embeddings": False,
+                             "max_position_embeddings": 4096, "pad_token_id": 100277, "eos_token_id": 100257})
+    assert (config.pre_norms, config.post_norms, config.qk_norm, config.qk_norm_span) == (False, True, True, "full")
+    assert (config.rope_theta, config.norm_eps, config.window_of(0), config.eos_token_ids) == (500000, 1e-6, None,
+                                                                                             [100257])

@@ -62,7 +62,8 @@ class Config:
     residual_scale: float = 1.0  # Granite: each sublayer's output times residual_multiplier before the residual add
     attn_multiplier: float | None = None  # Granite: the score scale itself (attention_multiplier), not head_dim^-1/2
     logits_divisor: float = 1.0  # Granite: the logits are divided by logits_scaling
-    post_norms: bool = False  # Gemma 2: each sublayer's output is normed again before the residual add
+    pre_norms: bool = True  # each sublayer's input is normed (all but OLMo 2)
+    post_norms: bool = False  # each sublayer's output is normed before the residual add (Gemma 2: again; OLMo 2)
     layer_types: list[str] = field(default_factory=list)  # per layer "full_attention" | "sliding_attention"
     tie_word_embeddings: bool = False
     bos_token_id: int | None = None
@@ -234,6 +235,7 @@ BIAS_FIELDS = {
     "gemma3_text": ("attention_bias", "attention_bias", False),
     "granite": ("attention_bias", "attention_bias", "mlp_bias"),
     "smollm3": ("attention_bias", "attention_bias", "mlp_bias"),
+    "olmo2": ("attention_bias", "attention_bias", False),
 }
 
 
@@ -246,7 +248,8 @@ def _sliding(c: dict) -> tuple[int | None, list[str]]:
         qwen2_moe          with `use_sliding_window`: the even layers below `max_window_layers`
         qwen3_moe          with `use_sliding_window`: every layer
         llama, olmoe,      never (a `sliding_window` field is ignored)
-        gemma, granite
+        gemma, granite,
+        olmo2
         gemma2, gemma3     the layers `layer_types` names; by default all but every `pattern`-th: the even
                            ones (Gemma 2: 2), five layers of six (Gemma 3: `sliding_window_pattern`, 6)
         smollm3            the layers `layer_types` names (whatever `use_sliding_window` says: transformers'
@@ -265,7 +268,7 @@ def _sliding(c: dict) -> tuple[int | None, list[str]]:
                                                                       else "sliding_attention" for i in range(n)])
     switched = model_type in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe")  # off unless use_sliding_window
     window = c.get("sliding_window") if not switched or c["use_sliding_window"] else None
-    if model_type in ("llama", "olmoe", "gemma", "granite") or not window:
+    if model_type in ("llama", "olmoe", "gemma", "granite", "olmo2") or not window:
         return None, ["full_attention"] * n
     if model_type in ("mistral", "mixtral", "qwen3_moe", "phi3"):
         return window, ["sliding_attention"] * n
@@ -330,7 +333,7 @@ HF_ACTIVATIONS = {
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Llama bodies with a twist: Granite's multipliers, SmolLM3's layers without RoPE
+# Llama bodies with a twist: Granite's multipliers, SmolLM3's layers without RoPE, OLMo 2's norms after
 # ---------------------------------------------------------------------------------------------------------------
 
 def _granite(c: dict) -> dict:
@@ -366,6 +369,13 @@ def _smollm3_nope_layers(c: dict) -> list[int]:
         raise TinyInferError(f"config.json (smollm3): no_rope_layers={flags!r} must be a list of {n} flags, 1 (RoPE) or "
                              "0 (no RoPE), one per layer (or null, to take every no_rope_layer_interval-th layer)")
     return [i for i in range(n) if not flags[i]]
+
+
+def _olmo2(c: dict) -> dict:
+    """OLMo 2: the norms moved from each sublayer's input to its output, x = x + norm(attention(x)) and
+    x = x + norm(mlp(x)), and q and k each normed over the whole projection (all heads as one, as OLMoE) before
+    RoPE. `attention_bias` puts biases on q, k, v and o; the MLP has none."""
+    return dict(_llama_family(c), pre_norms=False, post_norms=True, qk_norm=True, qk_norm_span="full")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -586,6 +596,7 @@ HF_DEFAULTS = {
     "smollm3": dict(_LLAMA_LIKE, max_position_embeddings=32768, rope_theta=2_000_000.0, num_key_value_heads=4,
                     tie_word_embeddings=True, attention_bias=False, mlp_bias=False, use_sliding_window=False,
                     sliding_window=None, no_rope_layers=None, no_rope_layer_interval=4, layer_types=None),
+    "olmo2": dict(_LLAMA_LIKE, rms_norm_eps=1e-5, attention_bias=False, num_key_value_heads=None),
 }
 
 # model_type -> function translating its config.json into Config fields
@@ -605,6 +616,7 @@ HF_CONFIG_READERS = {
     "gemma3_text": _gemma3,
     "granite": _granite,
     "smollm3": _smollm3,
+    "olmo2": _olmo2,
 }
 
 

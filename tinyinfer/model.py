@@ -8,7 +8,7 @@
 
 Architectures differ by switches in their Config, not by code paths: Gemma 2 norms each sublayer's output
 again before adding it (`post_norms`: x = x + norm(attention(norm(x)))) and soft-caps attention scores and
-logits; Phi-3 rotates part of each head; Gemma's norms scale by 1 + weight (tinyinfer/norms.py); Gemma 3's
+logits; OLMo 2 norms the output only (`pre_norms` off: x = x + norm(attention(x))); Phi-3 rotates part of each head; Gemma's norms scale by 1 + weight (tinyinfer/norms.py); Gemma 3's
 sliding layers rotate with a RoPE of their own (`local_rope_theta`), so a pass computes one (cos, sin) pair per
 RoPE setting and each layer takes its own (SmolLM3's NoPE layers none); Granite scales the embeddings, each sublayer's output
 (`residual_scale`), the scores and the logits by numbers from its config.json.
@@ -104,13 +104,13 @@ class Model:
             self.adapters.route(chunks, self.xp)  # which rows take which LoRA adapter, in every layer of this pass
         plan = self._plan_attention(chunks, cache)
         for i, layer in enumerate(p["layers"]):
-            h = apply_norm(x, layer["attn_norm"], cfg.norm, cfg.norm_eps)
+            h = apply_norm(x, layer["attn_norm"], cfg.norm, cfg.norm_eps) if cfg.pre_norms else x  # OLMo 2: x
             layer_rope = local_rope if cfg.layer_types[i] == "sliding_attention" else rope
             if i in cfg.nope_layers:  # SmolLM3: this layer sees no positions, only the causal order
                 layer_rope = None
             h = self.attention_block(i, layer, h, chunks, plan, layer_rope, cache)  # [T, d]
             x = x + self._residual(h, layer, "post_attn_norm")
-            h = apply_norm(x, layer["mlp_norm"], cfg.norm, cfg.norm_eps)
+            h = apply_norm(x, layer["mlp_norm"], cfg.norm, cfg.norm_eps) if cfg.pre_norms else x
             h = self.feed_forward(i, layer, h)  # [T, d]
             x = x + self._residual(h, layer, "post_mlp_norm")
         if not all_logits:
@@ -123,8 +123,8 @@ class Model:
         return soft_cap(logits, cfg.final_softcap)
 
     def _residual(self, h, layer: dict, post_norm: str):
-        """What a sublayer's output h adds to the residual stream: h itself, or h normed again (`post_norms`:
-        Gemma 2's norm named `post_norm`), times `residual_scale` (Granite).  [T, d] -> [T, d]"""
+        """What a sublayer's output h adds to the residual stream: h itself, or h normed by the norm named
+        `post_norm` (`post_norms`: Gemma 2, OLMo 2), times `residual_scale` (Granite).  [T, d] -> [T, d]"""
         cfg = self.config
         if cfg.post_norms:
             h = apply_norm(h, layer[post_norm], cfg.norm, cfg.norm_eps)

@@ -5,10 +5,10 @@ model code reads, checking every shape on the way:
 
     params = {
         "embed": [vocab, d],  "pos_embed": [max_len, d] (GPT-2 only),
-        "layers": [{"attn_norm": {"weight", "bias"?}, "qkv": [d, (H + 2*KV)*hd], "o": [H*hd, d],
+        "layers": [{"attn_norm"?: {"weight", "bias"?}, "qkv": [d, (H + 2*KV)*hd], "o": [H*hd, d],
                     "qkv_bias"?, "o_bias"?, "q_norm"?, "k_norm"?,
-                    "mlp_norm": {...}, "mlp": {"gate"?, "up", "down", "up_bias"?, "down_bias"?},
-                    "post_attn_norm"?, "post_mlp_norm"? (Gemma 2: on each sublayer's output)}, ...],
+                    "mlp_norm"? (all but OLMo 2): {...}, "mlp": {"gate"?, "up", "down", "up_bias"?, "down_bias"?},
+                    "post_attn_norm"?, "post_mlp_norm"? (Gemma 2, OLMo 2: on each sublayer's output)}, ...],
         a Mixture-of-Experts layer's "mlp": {"router": [d, E], "experts": [{"gate", "up", "down"} x E],
                                              "shared"?: {"gate", "up", "down"}, "shared_gate"?: [d, 1]},
         "final_norm": {"weight", "bias"?},  "lm_head": [d, vocab],
@@ -106,8 +106,8 @@ def gpt2_params(get: Getter, cfg: Config) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Llama family (llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3_text, granite, smollm3; phi3 with fused
-# weights): nn.Linear layers, RMSNorm, a gated MLP.
+# Llama family (llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3_text, granite, smollm3, olmo2; phi3 with
+# fused weights): nn.Linear layers, RMSNorm, a gated MLP.
 # ---------------------------------------------------------------------------------------------------------------
 
 def llama_attention(get: Getter, cfg: Config, p: str) -> dict:
@@ -136,7 +136,8 @@ def swiglu_mlp(get: Getter, p: str, d: int, d_ff: int, with_bias: bool = False) 
 
 
 # tinyinfer's norm name -> the checkpoint's. Gemma 2 norms each sublayer's input and output, and its
-# `post_attention_layernorm` is the attention's output norm, not (as in Llama) the MLP's input norm.
+# `post_attention_layernorm` is the attention's output norm, not (as in Llama) the MLP's input norm; OLMo 2
+# has the two output norms alone.
 NORM_NAMES = {"attn_norm": "input_layernorm", "mlp_norm": "post_attention_layernorm"}
 POST_NORM_NAMES = {"attn_norm": "input_layernorm", "post_attn_norm": "post_attention_layernorm",
                    "mlp_norm": "pre_feedforward_layernorm", "post_mlp_norm": "post_feedforward_layernorm"}
@@ -149,6 +150,8 @@ def llama_params(get: Getter, cfg: Config, mlp_params: Callable | None = None,
     d, V = cfg.d_model, cfg.vocab_size
     mlp_params = mlp_params or (lambda g, c, i: swiglu_mlp(g, f"model.layers.{i}.mlp", c.d_model, c.d_ff, c.mlp_bias))
     norm_names = POST_NORM_NAMES if cfg.post_norms else NORM_NAMES
+    if not cfg.pre_norms:  # OLMo 2: the sublayers' outputs only, under Gemma 2's names
+        norm_names = {key: name for key, name in norm_names.items() if key.startswith("post_")}
     layers = []
     for i in range(cfg.n_layers):
         p = f"model.layers.{i}"
@@ -245,6 +248,7 @@ PARAM_BUILDERS = {
     "gemma3_text": (llama_params, ("language_model.",)),  # a multimodal Gemma 3 keeps its text model there
     "granite": (llama_params, ()),
     "smollm3": (llama_params, ()),
+    "olmo2": (llama_params, ()),
 }
 
 
