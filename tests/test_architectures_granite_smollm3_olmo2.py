@@ -1,4 +1,4 @@
-"""Granite, SmolLM3 and OLMo 2 against transformers, on tiny random checkpoints built here.
+"""Granite, SmolLM3, OLMo 2 and GPT-NeoX against transformers, on tiny random checkpoints built here.
 
 What each adds to the Llama body, and where the variants below make it matter:
 - granite: four multipliers from config.json: the embeddings times `embedding_multiplier`, each sublayer's output
@@ -7,11 +7,15 @@ What each adds to the Llama body, and where the variants below make it matter:
 - smollm3: layers without RoPE (a 0 in `no_rope_layers`, or every `no_rope_layer_interval`-th layer), and a window
   on the layers `layer_types` names (by default the NoPE layers, with `use_sliding_window`);
 - olmo2: norms on each sublayer's output only (x = x + norm(attention(x))), q and k each normed over the whole
-  projection (all heads as one) before RoPE; `attention_bias` on q, k, v and o.
+  projection (all heads as one) before RoPE; `attention_bias` on q, k, v and o;
+- gpt_neox (Pythia): LayerNorm with biases, q/k/v fused head by head in the file, RoPE on a leading part of each
+  head (`rotary_pct`, here 3 of 12 coordinates: an odd count, rounded up to 2 pairs as transformers does), a biased
+  GELU MLP, and a parallel residual (`use_parallel_residual`): x = x + attention(norm(x)) + mlp(norm'(x)).
 
-Every parameter is re-randomised with a wide spread (weights_scripts/make_tiny_models.py says why) and every
-multiplier is far from 1 (the attention one far from head_dim^-1/2); windows are far shorter than the prompts. MISTAKES shows that undoing any switch
-moves the logits by more than MISTAKE_MIN, far past the tolerance, so the parity below is not luck.
+Every parameter is re-randomised with a wide spread (weights_scripts/make_tiny_models.py says why), every
+multiplier is far from 1 (the attention one far from head_dim^-1/2), and windows are far shorter than the
+prompts. MISTAKES shows that undoing any switch moves the logits by more than MISTAKE_MIN, far past the
+tolerance, so the parity below is not luck.
 
 Checked: logits against transformers (float32, eager attention) within 1e-4 at every position; cached decode
 against tinyinfer's own full recompute within 1e-9 (in float64); greedy tokens equal to transformers' generate;
@@ -21,6 +25,7 @@ the serving engine (paged cache, batched decode) equal to model.generate.
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
@@ -66,24 +71,37 @@ VARIANTS = {
     "olmo2_bias_tied_mha": ("Olmo2Config", {"attention_bias": True, "tie_word_embeddings": True,
                                             "num_key_value_heads": 4}, "float32"),
     "olmo2_bf16": ("Olmo2Config", {}, "bfloat16"),
+    "gpt_neox": ("GPTNeoXConfig", {}, "float32"),
+    "gpt_neox_sequential_tied_no_bias": ("GPTNeoXConfig", {"use_parallel_residual": False, "tie_word_embeddings": True,
+                                                           "attention_bias": False, "rotary_pct": 0.5}, "float32"),
+    "gpt_neox_bf16": ("GPTNeoXConfig", {}, "bfloat16"),
+    "gpt_neox_hub_config": ("GPTNeoXConfig", {}, "float32"),  # config.json rewritten as Pythia's: CONFIG_EDITS
 }
-ONE_PER_FAMILY = ["granite_bias_tied", "smollm3_window_bias", "olmo2"]
+ONE_PER_FAMILY = ["granite_bias_tied", "smollm3_window_bias", "olmo2", "gpt_neox"]
+# name -> what its config.json becomes after transformers wrote it (None: the key removed). Pythia's files name
+# their RoPE settings rotary_pct and rotary_emb_base, with no rope_parameters.
+CONFIG_EDITS = {"gpt_neox_hub_config": {"rope_parameters": None, "rotary_pct": 0.5, "rotary_emb_base": 500}}
 
 
-def build(folder, config_class: str, fields: dict, dtype: str = "float32"):
+def build(folder, config_class: str, fields: dict, dtype: str = "float32", config_edits: dict | None = None):
     """A checkpoint written by transformers itself (BASE + `fields`), every parameter re-randomised."""
     config = getattr(transformers, config_class)(**{**BASE, **fields})
     model = transformers.AutoModelForCausalLM.from_config(config)
     make_tiny_models.randomise_(model, seed=0)  # norm weights ~ U(0.5, 1.5)
     model.to(getattr(torch, dtype)).save_pretrained(folder)
     transformers.GenerationConfig(bos_token_id=1, eos_token_id=2, do_sample=False).save_pretrained(folder)
+    if config_edits:
+        config = {**json.loads((folder / "config.json").read_text()), **config_edits}
+        kept = {key: value for key, value in config.items() if value is not None}
+        (folder / "config.json").write_text(json.dumps(kept))
     return folder
 
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
     """`checkpoint(name) -> Path`, each variant built once for this module."""
-    return built_once(tmp_path_factory.mktemp("architectures_granite"), lambda name, folder: build(folder, *VARIANTS[name]))
+    return built_once(tmp_path_factory.mktemp("architectures_granite"),
+                      lambda name, folder: build(folder, *VARIANTS[name], CONFIG_EDITS.get(name)))
 
 
 @pytest.mark.parametrize("name", VARIANTS)
@@ -129,6 +147,9 @@ MISTAKES = {
     "smollm3_window_bias": [{"layer_types": ["full_attention"] * 4},  # no window
                             {"nope_layers": [0]}],  # the last layer rotates
     "olmo2": [{"qk_norm": False}],
+    "gpt_neox": [{"parallel_residual": False}, {"partial_rotary_factor": 1.0}],
+    "gpt_neox_sequential_tied_no_bias": [{"parallel_residual": True}],
+    "gpt_neox_hub_config": [{"partial_rotary_factor": 0.25}, {"rope_theta": 10000.0}],  # transformers' defaults
 }
 
 
@@ -151,6 +172,25 @@ def test_olmo2_norms_at_the_sublayer_inputs_move_the_logits_far(checkpoint):
               for layer in model.params["layers"]]
     mistaken = Model(dataclasses.replace(model.config, pre_norms=True, post_norms=False),
                      dict(model.params, layers=layers))
+    ids = prompt_ids(24)
+    assert np.abs(mistaken.logits(ids) - hf_logits(folder, ids)).max() > MISTAKE_MIN
+
+
+@pytest.mark.parametrize("name", ["gpt_neox", "gpt_neox_sequential_tied_no_bias"])
+def test_gpt_neox_qkv_read_in_file_order_moves_the_logits_far(name, checkpoint):
+    """query_key_value holds q, k, v head by head; taking its rows as [q; k; v] blocks (Phi-3's layout) is wrong."""
+    folder = checkpoint(name)
+    model = tinyinfer.load(folder)
+    H, hd = model.config.n_heads, model.config.head_dim
+    file_rows = np.arange(3 * H * hd).reshape(H, 3, hd).swapaxes(0, 1).reshape(-1)  # tinyinfer's column j: row j'
+    in_file_order = np.argsort(file_rows)
+
+    def mistaken_layer(layer):
+        wrong = dict(layer, qkv=layer["qkv"][:, in_file_order])
+        return wrong if "qkv_bias" not in layer else dict(wrong, qkv_bias=layer["qkv_bias"][in_file_order])
+
+    layers = [mistaken_layer(layer) for layer in model.params["layers"]]
+    mistaken = Model(model.config, dict(model.params, layers=layers))
     ids = prompt_ids(24)
     assert np.abs(mistaken.logits(ids) - hf_logits(folder, ids)).max() > MISTAKE_MIN
 
@@ -223,3 +263,21 @@ def test_olmo2_config_file_reads():
     assert (config.pre_norms, config.post_norms, config.qk_norm, config.qk_norm_span) == (False, True, True, "full")
     assert (config.rope_theta, config.norm_eps, config.window_of(0), config.eos_token_ids) == (500000, 1e-6, None,
                                                                                              [100257])
+
+
+def test_gpt_neox_config_file_reads():
+    """The fields of pythia-70m's config.json (sizes shrunk), and a transformers 5 config without any RoPE field."""
+    sizes = {k: v for k, v in SIZES.items() if k != "num_key_value_heads"}
+    pythia = config_from_hf({**sizes, "model_type": "gpt_neox", "rotary_pct": 0.25, "rotary_emb_base": 10000,
+                             "use_parallel_residual": True, "hidden_act": "gelu", "layer_norm_eps": 1e-5,
+                             "tie_word_embeddings": False, "rope_scaling": None, "bos_token_id": 0,
+                             "eos_token_id": 0, "use_cache": True, "initializer_range": 0.02})
+    assert (pythia.rotary_dim, pythia.rope_theta, pythia.parallel_residual, pythia.norm, pythia.activation) == (
+        3, 10000, True, "layernorm", "gelu")
+    assert (pythia.qkv_bias, pythia.o_bias, pythia.mlp_bias, pythia.n_kv_heads) == (True, True, True, 4)
+    bare = config_from_hf({**sizes, "model_type": "gpt_neox"})
+    theirs = transformers.GPTNeoXConfig(**sizes)
+    assert (bare.partial_rotary_factor, bare.rope_theta) == (theirs.rope_parameters["partial_rotary_factor"],
+                                                             theirs.rope_parameters["rope_theta"])
+    assert (bare.norm_eps, bare.max_seq_len, bare.tie_word_embeddings, bare.parallel_residual) == (
+        theirs.layer_norm_eps, theirs.max_position_embeddings, theirs.tie_word_embeddings, theirs.use_parallel_residual)

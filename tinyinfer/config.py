@@ -64,6 +64,7 @@ class Config:
     logits_divisor: float = 1.0  # Granite: the logits are divided by logits_scaling
     pre_norms: bool = True  # each sublayer's input is normed (all but OLMo 2)
     post_norms: bool = False  # each sublayer's output is normed before the residual add (Gemma 2: again; OLMo 2)
+    parallel_residual: bool = False  # GPT-NeoX: the MLP reads the layer's input, x + attn(norm(x)) + mlp(norm'(x))
     layer_types: list[str] = field(default_factory=list)  # per layer "full_attention" | "sliding_attention"
     tie_word_embeddings: bool = False
     bos_token_id: int | None = None
@@ -86,7 +87,8 @@ class Config:
             raise TinyInferError(f"config: layer_types has {len(self.layer_types)} entries for {self.n_layers} layers; "
                                  "give one per layer (or leave layer_types out)")
         if any(not isinstance(i, int) or not 0 <= i < self.n_layers for i in self.nope_layers):
-            raise TinyInferError(f"config: nope_layers={self.nope_layers} must list layer indices below {self.n_layers}")
+            raise TinyInferError(f"config: nope_layers={self.nope_layers} must list layer indices below "
+                                 f"{self.n_layers}")
         unknown = sorted(set(self.layer_types) - {"full_attention", "sliding_attention"})
         if unknown:
             raise TinyInferError(f"config: layer type {unknown[0]!r} is not supported (supported: full_attention, "
@@ -197,6 +199,32 @@ def _gpt2(c: dict) -> dict:
         qkv_bias=True, o_bias=True, mlp_bias=True, tie_word_embeddings=c["tie_word_embeddings"],
         attn_scale_weights=c["scale_attn_weights"], attn_scale_inverse_layer=c["scale_attn_by_inverse_layer_idx"],
     )
+
+
+def _gpt_neox(c: dict) -> dict:
+    """GPT-NeoX (Pythia): LayerNorm with biases, q/k/v fused per head in the file (reordered at load,
+    tinyinfer/weights.py), RoPE on the first `partial_rotary_factor` (`rotary_pct`, 0.25) of each head with theta
+    `rotary_emb_base`, a biased GELU MLP, and by default a parallel residual (`use_parallel_residual`): attention and
+    MLP both read the layer's input, each through its own norm, and both outputs join the stream at once."""
+    rope = dict(c.get("rope_scaling") or c.get("rope_parameters") or {})  # as GPTNeoXConfig reads the dialects
+    rope.setdefault("rope_theta", c.get("rotary_emb_base", GPT_NEOX_ROPE["rope_theta"]))
+    rope.setdefault("partial_rotary_factor", c.get("rotary_pct", GPT_NEOX_ROPE["partial_rotary_factor"]))
+    theta, scaling = _rope({**c, "rope_scaling": None, "rope_parameters": rope})
+    d, n_heads = c["hidden_size"], c["num_attention_heads"]
+    if d % n_heads:
+        raise TinyInferError(f"config.json (gpt_neox): hidden_size={d} is not a multiple of "
+                             f"num_attention_heads={n_heads}")
+    return dict(
+        vocab_size=c["vocab_size"], d_model=d, n_layers=c["num_hidden_layers"], n_heads=n_heads, n_kv_heads=n_heads,
+        head_dim=d // n_heads, d_ff=c["intermediate_size"], max_seq_len=c["max_position_embeddings"],
+        norm="layernorm", norm_eps=c["layer_norm_eps"], activation=_activation(c["hidden_act"]), mlp="gelu_mlp",
+        rope_theta=theta, rope_scaling=scaling, partial_rotary_factor=rope["partial_rotary_factor"],
+        qkv_bias=c["attention_bias"], o_bias=c["attention_bias"], mlp_bias=True,
+        parallel_residual=c["use_parallel_residual"], tie_word_embeddings=c["tie_word_embeddings"],
+    )
+
+
+GPT_NEOX_ROPE = {"rope_theta": 10000.0, "partial_rotary_factor": 0.25}  # GPTNeoXConfig: default_theta, rotary_pct
 
 
 def _llama_family(c: dict) -> dict:
@@ -366,8 +394,8 @@ def _smollm3_nope_layers(c: dict) -> list[int]:
             raise TinyInferError(f"config.json (smollm3): no_rope_layer_interval={interval!r} must be an integer >= 1")
         flags = [int((i + 1) % interval != 0) for i in range(n)]
     if not isinstance(flags, list) or len(flags) < n or any(flag not in (0, 1) for flag in flags):
-        raise TinyInferError(f"config.json (smollm3): no_rope_layers={flags!r} must be a list of {n} flags, 1 (RoPE) or "
-                             "0 (no RoPE), one per layer (or null, to take every no_rope_layer_interval-th layer)")
+        raise TinyInferError(f"config.json (smollm3): no_rope_layers={flags!r} must be a list of {n} flags, 1 (RoPE) "
+                             "or 0 (no RoPE), one per layer (or null, to take every no_rope_layer_interval-th layer)")
     return [i for i in range(n) if not flags[i]]
 
 
@@ -597,6 +625,9 @@ HF_DEFAULTS = {
                     tie_word_embeddings=True, attention_bias=False, mlp_bias=False, use_sliding_window=False,
                     sliding_window=None, no_rope_layers=None, no_rope_layer_interval=4, layer_types=None),
     "olmo2": dict(_LLAMA_LIKE, rms_norm_eps=1e-5, attention_bias=False, num_key_value_heads=None),
+    # rotary_emb_base and rotary_pct: GPT_NEOX_ROPE
+    "gpt_neox": dict(max_position_embeddings=2048, layer_norm_eps=1e-5, hidden_act="gelu", tie_word_embeddings=False,
+                     use_parallel_residual=True, attention_bias=True),
 }
 
 # model_type -> function translating its config.json into Config fields
@@ -617,6 +648,7 @@ HF_CONFIG_READERS = {
     "granite": _granite,
     "smollm3": _smollm3,
     "olmo2": _olmo2,
+    "gpt_neox": _gpt_neox,
 }
 
 

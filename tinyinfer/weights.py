@@ -62,8 +62,11 @@ def linear(get: Getter, name: str, d_in: int, d_out: int) -> np.ndarray:
     return np.ascontiguousarray(get(name, (d_out, d_in)).T)  # [out, in] -> [in, out]
 
 
+EMBEDDING_NAMES = {"gpt2": "wte.weight", "gpt_neox": "gpt_neox.embed_in.weight"}  # the others: Llama's
+
+
 def embedding_name(cfg: Config) -> str:
-    return "wte.weight" if cfg.model_type == "gpt2" else "model.embed_tokens.weight"
+    return EMBEDDING_NAMES.get(cfg.model_type, "model.embed_tokens.weight")
 
 
 def embedding_table(get: Getter, cfg: Config) -> np.ndarray:
@@ -103,6 +106,44 @@ def gpt2_params(get: Getter, cfg: Config) -> dict:
     lm_head = embed.T if cfg.tie_word_embeddings else linear(get, "lm_head.weight", d, V)  # tied: a [d, V] view
     return {"embed": embed, "pos_embed": get("wpe.weight", (cfg.max_seq_len, d)), "layers": layers,
             "final_norm": norm(get, "ln_f", d, True), "lm_head": lm_head}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# GPT-NeoX (Pythia): nn.Linear layers with biases, LayerNorm; q, k and v fused per head.
+# ---------------------------------------------------------------------------------------------------------------
+
+def gpt_neox_params(get: Getter, cfg: Config) -> dict:
+    d, V, ff = cfg.d_model, cfg.vocab_size, cfg.d_ff
+    layers = []
+    for i in range(cfg.n_layers):
+        p = f"gpt_neox.layers.{i}"
+        layer = {
+            "attn_norm": norm(get, f"{p}.input_layernorm", d, True),
+            "qkv": np.ascontiguousarray(_neox_qkv(get(f"{p}.attention.query_key_value.weight", (3 * d, d)), cfg).T),
+            "o": linear(get, f"{p}.attention.dense.weight", d, d),
+            "mlp_norm": norm(get, f"{p}.post_attention_layernorm", d, True),
+            "mlp": {"up": linear(get, f"{p}.mlp.dense_h_to_4h.weight", d, ff),
+                    "up_bias": get(f"{p}.mlp.dense_h_to_4h.bias", (ff,)),
+                    "down": linear(get, f"{p}.mlp.dense_4h_to_h.weight", ff, d),
+                    "down_bias": get(f"{p}.mlp.dense_4h_to_h.bias", (d,))},
+        }
+        if cfg.qkv_bias:  # with o's: attention_bias
+            layer["qkv_bias"] = _neox_qkv(get(f"{p}.attention.query_key_value.bias", (3 * d,)), cfg)
+            layer["o_bias"] = get(f"{p}.attention.dense.bias", (d,))
+        layers.append(layer)
+    embed = embedding_table(get, cfg)
+    head = "embed_out.weight" if get.has("embed_out.weight") else "lm_head.weight"  # the Hub's name, transformers 5's
+    lm_head = embed.T if cfg.tie_word_embeddings else linear(get, head, d, V)
+    return {"embed": embed, "layers": layers, "final_norm": norm(get, "gpt_neox.final_layer_norm", d, True),
+            "lm_head": lm_head}
+
+
+def _neox_qkv(w: np.ndarray, cfg: Config) -> np.ndarray:
+    """GPT-NeoX's query_key_value rows (or bias) head by head, [q k v of head 0, q k v of head 1, ...], reordered
+    to tinyinfer's [q of every head, k of every head, v of every head].  [3d, ...] -> [3d, ...]"""
+    H, hd = cfg.n_heads, cfg.head_dim
+    per_head = w.reshape(H, 3, hd, *w.shape[1:])  # [3d, ...] -> [H, 3, hd, ...]
+    return per_head.swapaxes(0, 1).reshape(w.shape)  # -> [3, H, hd, ...] -> [3d, ...]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -249,6 +290,7 @@ PARAM_BUILDERS = {
     "granite": (llama_params, ()),
     "smollm3": (llama_params, ()),
     "olmo2": (llama_params, ()),
+    "gpt_neox": (gpt_neox_params, ()),
 }
 
 
