@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import shared_data
-from tinyinfer.constrain import build_constraint, parse_tool_calls, tool_call_schema
+from tinyinfer.constrain import build_constraint, parse_tool_calls, tool_call_grammar, tool_call_schema
 from tinyinfer.errors import TinyInferError
 
 # A small byte-level vocabulary: every byte, a few multi-byte tokens, two specials.
@@ -70,12 +70,37 @@ def test_tool_calls_follow_the_chosen_tools_schema_and_parse_back():
     assert stopped > 0
 
 
+def test_parallel_calls_are_one_call_or_an_array_of_calls_and_parse_back():
+    """With parallel=True (OpenAI's parallel_tool_calls) a reply may be an array of calls, each its own entry."""
+    schema, grammar = tool_call_schema(TOOLS, parallel=True), str(tool_call_grammar(TOOLS, parallel=True))
+    counts = []
+    for seed in range(40):
+        text, reason = run(build_constraint("grammar", grammar, ByteTokenizer()), seed, max_tokens=600)
+        if reason == "length":
+            continue
+        value = json.loads(text)
+        jsonschema.validate(value, schema)
+        content, calls = parse_tool_calls(text.decode(), TOOLS)
+        want = value if isinstance(value, list) else [value]
+        assert content == "" and [c["id"] for c in calls] == [f"call_{i}" for i in range(len(want))]
+        assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls] == \
+            [(w["name"], w["arguments"]) for w in want]
+        counts.append(len(calls) if isinstance(value, list) else 0)
+    assert 0 in counts and max(counts) >= 2, counts  # single calls, and arrays of several, both came out
+    opens = [build_constraint("grammar", str(tool_call_grammar(TOOLS, parallel=p)), ByteTokenizer()).allowed_mask()
+             for p in (False, True)]
+    assert not opens[0][ord("[")] and opens[1][ord("[")]  # without parallel, a reply never opens an array
+
+
 def test_tool_call_parsing_of_text_and_bad_calls():
     assert parse_tool_calls("It is sunny.", TOOLS) == ("It is sunny.", [])
     with pytest.raises(TinyInferError, match="not a call of one of the tools"):
         parse_tool_calls('{"name": "nope", "arguments": {}}', TOOLS)
     with pytest.raises(TinyInferError, match="cut by max_tokens"):
         parse_tool_calls('{"name": "add", "argu', TOOLS)
+    for not_calls in ("[]", '[{"name": "add", "arguments": {}}, 3]'):
+        with pytest.raises(TinyInferError, match="not a call of one of the tools"):
+            parse_tool_calls(not_calls, TOOLS)
     with pytest.raises(TinyInferError, match="unique"):
         tool_call_schema(TOOLS + TOOLS[:1])
 

@@ -18,7 +18,7 @@ from test_server import post, stream_events
 
 import tinyinfer
 from tinyinfer.chat import ChatTemplate
-from tinyinfer.constrain import build_constraint, tool_call_schema
+from tinyinfer.constrain import build_constraint, tool_call_grammar, tool_call_schema
 from tinyinfer.engine import LLM
 from tinyinfer.errors import TinyInferError
 from tinyinfer.generation import constraint_vocabulary, eos_ids
@@ -226,8 +226,7 @@ def test_forced_tool_calls_come_back_as_tool_calls(server, model, choice, offere
         assert call["function"]["name"] == "rhyme"
     generated = {"name": call["function"]["name"], "arguments": json.loads(call["function"]["arguments"])}
     jsonschema.validate(generated, tool_call_schema(offered))
-    [text] = engine_text(model, chat_ids(model), lambda: build_constraint("tools", offered, model.tokenizer,
-                                                                          sorted(eos_ids(model))),
+    [text] = engine_text(model, chat_ids(model), tool_call_maker(model, offered, parallel=True),
                          max_tokens=MAX_TOKENS, temperature=0.9, seed=1)
     assert json.loads(text) == generated
     events = stream_events(server, "/v1/chat/completions", request)
@@ -235,6 +234,31 @@ def test_forced_tool_calls_come_back_as_tool_calls(server, model, choice, offere
     assert final["finish_reason"] == "tool_calls"
     [streamed] = final["delta"]["tool_calls"]
     assert streamed["index"] == 0 and streamed["function"] == call["function"]
+
+
+def tool_call_maker(model, tools: list[dict], parallel: bool):
+    """A function making the constraint the server builds for a forced call of one of `tools`."""
+    grammar = str(tool_call_grammar(tools, parallel=parallel))
+    return lambda: build_constraint("grammar", grammar, model.tokenizer, sorted(eos_ids(model)))
+
+
+@pytest.mark.parametrize("parallel", [True, False])
+def test_parallel_tool_calls_may_open_an_array_of_calls_unless_turned_off(server, model, parallel):
+    """Pushed to open with "[" and to close any array at once: with parallel_tool_calls (the default) the reply is
+    an array of one call, which comes back as that call; turned off, "[" is not allowed and the reply is a call
+    object. Either way the text is the engine's own under the same grammar."""
+    brackets = {model.tokenizer.encode(c, add_special_tokens=False)[0]: 100 for c in "[]"}
+    knobs = {"max_tokens": MAX_TOKENS, "temperature": 0.9, "seed": 4, "logit_bias": brackets}
+    request = {"messages": MESSAGES, "tools": [ADD, RHYME], "tool_choice": "required", **knobs,
+               **({} if parallel else {"parallel_tool_calls": False})}
+    status, body = post(server, "/v1/chat/completions", request)
+    assert status == 200, body
+    [answer] = body["choices"]
+    assert answer["finish_reason"] == "tool_calls"
+    [call] = answer["message"]["tool_calls"]
+    [text] = engine_text(model, chat_ids(model), tool_call_maker(model, [ADD, RHYME], parallel), **knobs)
+    generated = {"name": call["function"]["name"], "arguments": json.loads(call["function"]["arguments"])}
+    assert json.loads(text) == ([generated] if parallel else generated)
 
 
 def test_tool_choice_auto_may_answer_in_text_and_none_is_free_text(server, model):
@@ -272,6 +296,7 @@ def test_tool_choice_auto_may_answer_in_text_and_none_is_free_text(server, model
     ("/v1/chat/completions", {"tools": [{"type": "function"}], "tool_choice": "required"}, "tools", "no name"),
     ("/v1/chat/completions", {"tools": [5], "tool_choice": "none"}, "tools", "no name"),
     ("/v1/chat/completions", {"tools": [ADD], "tool_choice": "sometimes"}, "tool_choice", "is invalid"),
+    ("/v1/chat/completions", {"tools": [ADD], "parallel_tool_calls": "yes"}, "parallel_tool_calls", "true or false"),
     ("/v1/chat/completions", {"tools": [ADD], "tool_choice": "required",
                               "response_format": {"type": "json_object"}}, "tools", "give one"),
 ])

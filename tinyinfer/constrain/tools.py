@@ -15,6 +15,8 @@ The call grammar is the JSON Schema `anyOf` of one object per tool, `{"name": <i
               "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'}}])
 
 With `allow_text=True` the model may instead answer in plain text (any reply that does not start with `{`).
+With `parallel=True` (OpenAI's `parallel_tool_calls`) it may also make several calls at once, as a JSON array
+of calls, `[{"name":...,"arguments":...},{"name":...,"arguments":...}]`.
 """
 
 from __future__ import annotations
@@ -52,36 +54,47 @@ def tool_functions(tools: list[dict]) -> dict[str, dict]:
     return functions
 
 
-def tool_call_schema(tools: list[dict]) -> dict:
-    """The JSON Schema of one call: {"name": one of the tools, "arguments": that tool's parameters}."""
+def tool_call_schema(tools: list[dict], parallel: bool = False) -> dict:
+    """The JSON Schema of one call: {"name": one of the tools, "arguments": that tool's parameters}; with
+    `parallel` (OpenAI's parallel_tool_calls), of one call or a non-empty array of calls."""
     branches = [{"type": "object", "properties": {"name": {"const": name}, "arguments": parameters},
                  "required": ["name", "arguments"], "additionalProperties": False}
                 for name, parameters in tool_functions(tools).items()]
-    return branches[0] if len(branches) == 1 else {"anyOf": branches}
+    call = branches[0] if len(branches) == 1 else {"anyOf": branches}
+    return {"anyOf": [call, {"type": "array", "items": call, "minItems": 1}]} if parallel else call
 
 
-def tool_call_grammar(tools: list[dict], allow_text: bool = False) -> Grammar:
-    """Grammar of a tool call, or (allow_text) of a call or a plain-text reply not starting with '{'."""
-    grammar = schema_to_grammar(tool_call_schema(tools))
+def tool_call_grammar(tools: list[dict], allow_text: bool = False, parallel: bool = False) -> Grammar:
+    """Grammar of a tool call (with `parallel`, or of an array of calls), or (allow_text) of that or a
+    plain-text reply, which then cannot start like a call: with '{' (or, with `parallel`, '[')."""
+    grammar = schema_to_grammar(tool_call_schema(tools, parallel))
     if allow_text:
         grammar.rules["tool-call"] = grammar.rules["root"]
-        text = seq(CharClass(((ord("{"), ord("{")),), negated=True), Repeat(ANY_CHAR, 0, None))
+        openers = ((ord("{"), ord("{")), (ord("["), ord("["))) if parallel else ((ord("{"), ord("{")),)
+        text = seq(CharClass(openers, negated=True), Repeat(ANY_CHAR, 0, None))
         grammar.rules["root"] = alt(Ref("tool-call"), text, EMPTY)
     return grammar
 
 
 def parse_tool_calls(text: str, tools: list[dict]) -> tuple[str, list[dict]]:
-    """(content, tool_calls) from generated text: a call becomes OpenAI's tool_calls entry, text stays text."""
+    """(content, tool_calls) from generated text: a call, or an array of calls, becomes OpenAI's tool_calls
+    entries; text stays text.
+
+    >>> parse_tool_calls('[{"name":"f","arguments":{}},{"name":"f","arguments":{"x":1}}]', [{"name": "f"}])[1][1]
+    {'id': 'call_1', 'type': 'function', 'function': {'name': 'f', 'arguments': '{"x": 1}'}}
+    """
     functions = tool_functions(tools)
     stripped = text.strip()
-    if not stripped.startswith("{"):
+    if not stripped.startswith(("{", "[")):
         return text, []
     try:
-        call = json.loads(stripped)
+        parsed = json.loads(stripped)
     except json.JSONDecodeError as e:
         raise TinyInferError(f"the reply starts like a tool call but is not JSON ({e}); was it cut by max_tokens?") from None
-    if not isinstance(call, dict) or call.get("name") not in functions or not isinstance(call.get("arguments"), dict):
-        raise TinyInferError(f"the reply is not a call of one of the tools {sorted(functions)}: {stripped[:80]}")
-    entry = {"id": "call_0", "type": "function",
-             "function": {"name": call["name"], "arguments": json.dumps(call["arguments"], ensure_ascii=False)}}
-    return "", [entry]
+    calls = parsed if isinstance(parsed, list) else [parsed]
+    for call in calls or [None]:
+        if not isinstance(call, dict) or call.get("name") not in functions or not isinstance(call.get("arguments"), dict):
+            raise TinyInferError(f"the reply is not a call of one of the tools {sorted(functions)}: {stripped[:80]}")
+    return "", [{"id": f"call_{i}", "type": "function",
+                 "function": {"name": call["name"], "arguments": json.dumps(call["arguments"], ensure_ascii=False)}}
+                for i, call in enumerate(calls)]

@@ -24,9 +24,10 @@ engine as a function making a fresh grammar state per sample:
     "tools": [...], "tool_choice": "required" | {"type": "function", "function": {"name": ...}} | "auto"
 
 A tool call is the JSON object {"name": ..., "arguments": {...}} (tinyinfer/constrain/tools.py), returned as
-the message's `tool_calls` with finish_reason "tool_calls". "required" and a named function force one call;
-"auto" (the default when tools are given) lets the model answer in text instead (any reply not starting with
-`{`); "none" is text only. One call per reply: a grammar of several calls is not built.
+the message's `tool_calls` with finish_reason "tool_calls"; with "parallel_tool_calls" (true unless the request
+says false, as in OpenAI's API) the reply may instead be a JSON array of calls, each one entry of `tool_calls`.
+"required" and a named function force a call; "auto" (the default when tools are given) lets the model answer
+in text instead (any reply not starting like a call, with `{` or `[`); "none" is text only.
 """
 
 from __future__ import annotations
@@ -62,8 +63,8 @@ SAMPLING_FIELDS["max_completion_tokens"] = "max_tokens"  # the chat API's newer 
 GUIDED_FIELDS = {"guided_json": ("json_schema", (dict, bool, str)), "guided_regex": ("regex", str),  # vLLM's:
                  "guided_choice": ("choice", list), "guided_grammar": ("grammar", str)}  # -> (kind, JSON type)
 OTHER_FIELDS = {"prompt", "messages", "model", "stream", "stream_options", "logprobs", "top_logprobs",  # read apart
-                "response_format", "tools", "tool_choice", *GUIDED_FIELDS,
-                "user", "metadata", "store", "service_tier", "parallel_tool_calls"}  # no effect on the output
+                "response_format", "tools", "tool_choice", "parallel_tool_calls", *GUIDED_FIELDS,
+                "user", "metadata", "store", "service_tier"}  # the last four: no effect on the output
 NO_OP_VALUES = {"echo": False, "best_of": 1, "suffix": ""}  # accepted at these values only
 FINISH_REASONS = {"eos": "stop", "stop": "stop", "length": "length"}  # the engine's reasons -> OpenAI's
 _COMPILING = threading.Lock()  # handler threads compile constraints; the constraint caches are plain dicts
@@ -199,8 +200,8 @@ def requested_structure(body: dict, chat: bool) -> tuple[str, object, str] | Non
             asked.append((kind, value, name))
     if (tools := tool_choice(body, chat)) is not None:
         offered, text_allowed = tools
-        spec = str(tool_call_grammar(offered, allow_text=True)) if text_allowed else offered
-        asked.append(("grammar" if text_allowed else "tools", spec, "tools"))
+        grammar = tool_call_grammar(offered, allow_text=text_allowed, parallel=parallel_tool_calls(body))
+        asked.append(("grammar", str(grammar), "tools"))
     if len(asked) > 1:
         raise RequestError(f"{' and '.join(field for _, _, field in asked)} each constrain the output: give one",
                            asked[1][2])
@@ -252,6 +253,14 @@ def tool_choice(body: dict, chat: bool) -> tuple[list[dict], bool] | None:
         raise RequestError(f"tool_choice names the function {name!r}, which is not among the tools {names}",
                            "tool_choice")
     return [tools[names.index(name)]], False
+
+
+def parallel_tool_calls(body: dict) -> bool:
+    """OpenAI's `parallel_tool_calls`: whether one reply may call several tools (true when not given)."""
+    value = body.get("parallel_tool_calls")
+    if value is not None and not isinstance(value, bool):
+        raise RequestError(f"parallel_tool_calls={value!r:.40} is invalid: give true or false", "parallel_tool_calls")
+    return value is not False
 
 
 def fit_max_tokens(model, prompt_ids: list[int], params: SamplingParams, given: bool) -> SamplingParams:
