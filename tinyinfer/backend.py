@@ -41,6 +41,13 @@ def _cupy():
     return cupy
 
 
+def synchronize(xp) -> None:
+    """Wait for the work queued on the device (a no-op for NumPy): a GPU call returns before its kernels have
+    run, so a timer must wait for them."""
+    if xp is not np:
+        xp.cuda.get_current_stream().synchronize()
+
+
 def cuda_available() -> bool:
     """True when CuPy imports and sees at least one GPU (used to skip GPU tests)."""
     try:

@@ -38,6 +38,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 import tinyinfer
+from tinyinfer.backend import synchronize
 from tinyinfer.bench.serve import random_prompt
 from tinyinfer.commands import at_least
 from tinyinfer.engine import LLM
@@ -93,12 +94,14 @@ def filled_engine(model, prompts: list[list[int]], params: SamplingParams) -> LL
     return llm
 
 
-def fastest(fn, repeats: int) -> float:
-    """The shortest of `repeats` runs of fn(), in seconds."""
+def fastest(fn, repeats: int, xp=np) -> float:
+    """The shortest of `repeats` runs of fn(), in seconds, each waiting for the device `xp` to finish."""
     best = float("inf")
     for _ in range(repeats):
+        synchronize(xp)
         start = time.perf_counter()
         fn()
+        synchronize(xp)
         best = min(best, time.perf_counter() - start)
     return best
 
@@ -111,13 +114,13 @@ def time_parts(model, llm: LLM, repeats: int) -> dict[str, float]:
     logits = model.forward(chunks, llm.cache)  # [B, V]
     samplers = [Sampler(seq.params, seq.prompt_ids, rng=np.random.default_rng(i)) for i, seq in enumerate(seqs)]
     parts = {
-        "forward pass": fastest(lambda: model.forward(chunks, llm.cache), repeats),
-        "weight products": fastest(weight_products(model, len(seqs)), repeats),
-        "attention": fastest(decode_attention_of(model, llm, chunks), repeats),
-        "sampling": fastest(lambda: [s.sample(row) for s, row in zip(samplers, logits)], repeats),
+        "forward pass": fastest(lambda: model.forward(chunks, llm.cache), repeats, model.xp),
+        "weight products": fastest(weight_products(model, len(seqs)), repeats, model.xp),
+        "attention": fastest(decode_attention_of(model, llm, chunks), repeats, model.xp),
+        "sampling": fastest(lambda: [s.sample(row) for s, row in zip(samplers, logits)], repeats, model.xp),
         "detokenizing": fastest(detokenizing(model, seqs), repeats) if model.tokenizer is not None else 0.0,
     }
-    parts["engine step"] = fastest(llm.step, repeats)  # last: each step adds a token to every sequence
+    parts["engine step"] = fastest(llm.step, repeats, model.xp)  # last: each step adds a token to every sequence
     return parts
 
 
