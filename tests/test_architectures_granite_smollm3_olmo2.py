@@ -1,4 +1,4 @@
-"""Granite, SmolLM3, OLMo 2 and GPT-NeoX against transformers, on tiny random checkpoints built here.
+"""Granite, SmolLM3, OLMo 2, GPT-NeoX and Phi against transformers, on tiny random checkpoints built here.
 
 What each adds to the Llama body, and where the variants below make it matter:
 - granite: four multipliers from config.json: the embeddings times `embedding_multiplier`, each sublayer's output
@@ -10,7 +10,9 @@ What each adds to the Llama body, and where the variants below make it matter:
   projection (all heads as one) before RoPE; `attention_bias` on q, k, v and o;
 - gpt_neox (Pythia): LayerNorm with biases, q/k/v fused head by head in the file, RoPE on a leading part of each
   head (`rotary_pct`, here 3 of 12 coordinates: an odd count, rounded up to 2 pairs as transformers does), a biased
-  GELU MLP, and a parallel residual (`use_parallel_residual`): x = x + attention(norm(x)) + mlp(norm'(x)).
+  GELU MLP, and a parallel residual (`use_parallel_residual`): x = x + attention(norm(x)) + mlp(norm'(x));
+- phi (Phi-1.5, Phi-2): the parallel residual through one LayerNorm, x = x + attention(norm(x)) + mlp(norm(x)),
+  biases on every linear layer (the LM head's too), RoPE on the first `partial_rotary_factor` of each head.
 
 Every parameter is re-randomised with a wide spread (weights_scripts/make_tiny_models.py says why), every
 multiplier is far from 1 (the attention one far from head_dim^-1/2), and windows are far shorter than the
@@ -76,8 +78,12 @@ VARIANTS = {
                                                            "attention_bias": False, "rotary_pct": 0.5}, "float32"),
     "gpt_neox_bf16": ("GPTNeoXConfig", {}, "bfloat16"),
     "gpt_neox_hub_config": ("GPTNeoXConfig", {}, "float32"),  # config.json rewritten as Pythia's: CONFIG_EDITS
+    "phi": ("PhiConfig", {}, "float32"),  # partial_rotary_factor: 0.5 when the file gives none
+    "phi2_gqa_tied": ("PhiConfig", {"partial_rotary_factor": 0.4, "num_key_value_heads": 2,  # Phi-2's 0.4
+                                    "tie_word_embeddings": True}, "float32"),
+    "phi_bf16": ("PhiConfig", {}, "bfloat16"),
 }
-ONE_PER_FAMILY = ["granite_bias_tied", "smollm3_window_bias", "olmo2", "gpt_neox"]
+ONE_PER_FAMILY = ["granite_bias_tied", "smollm3_window_bias", "olmo2", "gpt_neox", "phi2_gqa_tied"]
 # name -> what its config.json becomes after transformers wrote it (None: the key removed). Pythia's files name
 # their RoPE settings rotary_pct and rotary_emb_base, with no rope_parameters.
 CONFIG_EDITS = {"gpt_neox_hub_config": {"rope_parameters": None, "rotary_pct": 0.5, "rotary_emb_base": 500}}
@@ -150,6 +156,8 @@ MISTAKES = {
     "gpt_neox": [{"parallel_residual": False}, {"partial_rotary_factor": 1.0}],
     "gpt_neox_sequential_tied_no_bias": [{"parallel_residual": True}],
     "gpt_neox_hub_config": [{"partial_rotary_factor": 0.25}, {"rope_theta": 10000.0}],  # transformers' defaults
+    "phi": [{"partial_rotary_factor": 1.0}],
+    "phi2_gqa_tied": [{"partial_rotary_factor": 0.5}],
 }
 
 
@@ -163,41 +171,52 @@ def test_each_switch_matters(name, change, checkpoint):
     assert np.abs(mistaken.logits(ids) - hf_logits(folder, ids)).max() > MISTAKE_MIN
 
 
-def test_olmo2_norms_at_the_sublayer_inputs_move_the_logits_far(checkpoint):
-    """The same norm weights in Llama's places (x = x + attention(norm(x))): the mistake a loader reading OLMo 2
-    as a Llama would make."""
-    folder = checkpoint("olmo2")
-    model = tinyinfer.load(folder)
-    layers = [dict(layer, attn_norm=layer["post_attn_norm"], mlp_norm=layer["post_mlp_norm"])
-              for layer in model.params["layers"]]
-    mistaken = Model(dataclasses.replace(model.config, pre_norms=True, post_norms=False),
-                     dict(model.params, layers=layers))
-    ids = prompt_ids(24)
-    assert np.abs(mistaken.logits(ids) - hf_logits(folder, ids)).max() > MISTAKE_MIN
+def _layers(params: dict, change) -> dict:
+    return dict(params, layers=[change(layer) for layer in params["layers"]])
 
 
-@pytest.mark.parametrize("name", ["gpt_neox", "gpt_neox_sequential_tied_no_bias"])
-def test_gpt_neox_qkv_read_in_file_order_moves_the_logits_far(name, checkpoint):
-    """query_key_value holds q, k, v head by head; taking its rows as [q; k; v] blocks (Phi-3's layout) is wrong."""
+def _neox_qkv_in_file_order(params: dict, cfg) -> dict:
+    """q, k, v columns in the file's row order (head by head) instead of tinyinfer's [all q | all k | all v]."""
+    file_rows = np.arange(3 * cfg.d_model).reshape(cfg.n_heads, 3, cfg.head_dim).swapaxes(0, 1).reshape(-1)
+    to_file_order = np.argsort(file_rows)  # tinyinfer's column j holds file row file_rows[j]
+
+    def reorder(layer):
+        wrong = dict(layer, qkv=layer["qkv"][:, to_file_order])
+        return wrong if "qkv_bias" not in layer else dict(wrong, qkv_bias=layer["qkv_bias"][to_file_order])
+
+    return _layers(params, reorder)
+
+
+# A loader mistake each file layout invites: (variant, Config change, what it does to the loaded parameters)
+LOADER_MISTAKES = {
+    # OLMo 2 read as a Llama: its two norms taken as the sublayers' input norms
+    "olmo2-norms_at_the_inputs": ("olmo2", {"pre_norms": True, "post_norms": False}, lambda params, cfg: _layers(
+        params, lambda layer: dict(layer, attn_norm=layer["post_attn_norm"], mlp_norm=layer["post_mlp_norm"]))),
+    # GPT-NeoX's query_key_value rows taken as [q; k; v] blocks (Phi-3's layout)
+    "gpt_neox-qkv_in_file_order": ("gpt_neox", {}, _neox_qkv_in_file_order),
+    "gpt_neox_sequential-qkv_in_file_order": ("gpt_neox_sequential_tied_no_bias", {}, _neox_qkv_in_file_order),
+    # Phi read as a sequential block through its one norm, or without the LM head's bias
+    "phi-sequential": ("phi", {"parallel_residual": False, "shared_input_norm": False}, lambda params, cfg: _layers(
+        params, lambda layer: dict(layer, mlp_norm=layer["attn_norm"]))),
+    "phi-no_lm_head_bias": ("phi", {"lm_head_bias": False},
+                            lambda params, cfg: {key: value for key, value in params.items() if key != "lm_head_bias"}),
+}
+
+
+@pytest.mark.parametrize("mistake", LOADER_MISTAKES)
+def test_each_loader_mistake_moves_the_logits_far(mistake, checkpoint):
+    name, change, mistaken_params = LOADER_MISTAKES[mistake]
     folder = checkpoint(name)
     model = tinyinfer.load(folder)
-    H, hd = model.config.n_heads, model.config.head_dim
-    file_rows = np.arange(3 * H * hd).reshape(H, 3, hd).swapaxes(0, 1).reshape(-1)  # tinyinfer's column j: row j'
-    in_file_order = np.argsort(file_rows)
-
-    def mistaken_layer(layer):
-        wrong = dict(layer, qkv=layer["qkv"][:, in_file_order])
-        return wrong if "qkv_bias" not in layer else dict(wrong, qkv_bias=layer["qkv_bias"][in_file_order])
-
-    layers = [mistaken_layer(layer) for layer in model.params["layers"]]
-    mistaken = Model(model.config, dict(model.params, layers=layers))
+    mistaken = Model(dataclasses.replace(model.config, **change), mistaken_params(model.params, model.config))
     ids = prompt_ids(24)
     assert np.abs(mistaken.logits(ids) - hf_logits(folder, ids)).max() > MISTAKE_MIN
 
 
 @pytest.mark.parametrize("name", VARIANTS)
 def test_memory_arithmetic_counts_every_parameter(name, checkpoint):
-    """`tinyinfer memory` counts from the config alone: biases, OLMo 2's two norms per layer and q/k norms included."""
+    """`tinyinfer memory` counts from the config alone: biases (Phi's LM head's too), OLMo 2's two norms per layer
+    and q/k norms, Phi's one norm per layer."""
     model = tinyinfer.load(checkpoint(name))
     assert param_count(model.config) == model.n_params
 
@@ -281,3 +300,26 @@ def test_gpt_neox_config_file_reads():
                                                              theirs.rope_parameters["rope_theta"])
     assert (bare.norm_eps, bare.max_seq_len, bare.tie_word_embeddings, bare.parallel_residual) == (
         theirs.layer_norm_eps, theirs.max_position_embeddings, theirs.tie_word_embeddings, theirs.use_parallel_residual)
+
+
+def test_phi2_config_file_reads():
+    """The fields of Phi-2's config.json (sizes shrunk)."""
+    sizes = {k: v for k, v in SIZES.items() if k != "num_key_value_heads"}
+    phi2 = config_from_hf({**sizes, "model_type": "phi", "hidden_act": "gelu_new", "partial_rotary_factor": 0.4,
+                           "qk_layernorm": False, "rope_scaling": None, "rope_theta": 10000.0, "resid_pdrop": 0.1,
+                           "embd_pdrop": 0.0, "attention_dropout": 0.0, "layer_norm_eps": 1e-05,
+                           "tie_word_embeddings": False, "num_key_value_heads": None})
+    assert (phi2.rotary_dim, phi2.activation, phi2.norm, phi2.norm_eps, phi2.n_kv_heads) == (
+        4, "gelu_tanh", "layernorm", 1e-05, 4)
+    assert (phi2.parallel_residual, phi2.shared_input_norm, phi2.lm_head_bias, phi2.qkv_bias, phi2.o_bias) == (
+        True, True, True, True, True)
+    bare = config_from_hf({**sizes, "model_type": "phi"})
+    theirs = transformers.PhiConfig(**sizes)
+    assert (bare.partial_rotary_factor, bare.rope_theta, bare.norm_eps, bare.tie_word_embeddings) == (
+        theirs.rope_parameters["partial_rotary_factor"], theirs.rope_parameters["rope_theta"], theirs.layer_norm_eps,
+        theirs.tie_word_embeddings)
+
+
+def test_phi_qk_layernorm_is_refused_by_name():
+    with pytest.raises(TinyInferError, match="qk_layernorm=true .LayerNorms on q and k. is not supported"):
+        config_from_hf({**SIZES, "model_type": "phi", "qk_layernorm": True})

@@ -64,7 +64,9 @@ class Config:
     logits_divisor: float = 1.0  # Granite: the logits are divided by logits_scaling
     pre_norms: bool = True  # each sublayer's input is normed (all but OLMo 2)
     post_norms: bool = False  # each sublayer's output is normed before the residual add (Gemma 2: again; OLMo 2)
-    parallel_residual: bool = False  # GPT-NeoX: the MLP reads the layer's input, x + attn(norm(x)) + mlp(norm'(x))
+    parallel_residual: bool = False  # GPT-NeoX, Phi-2: x + attn(norm(x)) + mlp(norm'(x)), both read the layer's input
+    shared_input_norm: bool = False  # Phi-2 (parallel): one norm per layer, its output read by attention and MLP alike
+    lm_head_bias: bool = False  # Phi-2: the output layer adds a bias to the logits
     layer_types: list[str] = field(default_factory=list)  # per layer "full_attention" | "sliding_attention"
     tie_word_embeddings: bool = False
     bos_token_id: int | None = None
@@ -227,6 +229,24 @@ def _gpt_neox(c: dict) -> dict:
 GPT_NEOX_ROPE = {"rope_theta": 10000.0, "partial_rotary_factor": 0.25}  # GPTNeoXConfig: default_theta, rotary_pct
 
 
+def _phi(c: dict) -> dict:
+    """Phi (Phi-1, Phi-1.5, Phi-2): one LayerNorm (with bias) per layer whose output both sublayers read, side by
+    side (x = x + attention(norm(x)) + mlp(norm(x))), biases on q, k, v, the output projection `dense`, the GELU
+    MLP (fc1, fc2) and the LM head, and RoPE on the first `partial_rotary_factor` of each head (0.4 on Phi-2; 0.5
+    when the file says nothing). `qk_layernorm` (LayerNorms on q and k per head) is not implemented: refused."""
+    if c.get("qk_layernorm"):
+        raise TinyInferError("config.json (phi): qk_layernorm=true (LayerNorms on q and k) is not supported; only "
+                             "qk_layernorm false, as in Phi-1, Phi-1.5 and Phi-2, is")
+    rope = dict(c.get("rope_scaling") or c.get("rope_parameters") or {})  # as PhiConfig reads the dialects
+    factor = rope.get("partial_rotary_factor", c.get("partial_rotary_factor", PHI_PARTIAL_ROTARY_FACTOR))
+    fields = _llama_family({**c, "rms_norm_eps": c["layer_norm_eps"]})  # the Llama reading, LayerNorm's epsilon
+    return dict(fields, norm="layernorm", mlp="gelu_mlp", partial_rotary_factor=factor, parallel_residual=True,
+                shared_input_norm=True, lm_head_bias=True)
+
+
+PHI_PARTIAL_ROTARY_FACTOR = 0.5  # PhiConfig's default when config.json gives none (not a field of the class)
+
+
 def _llama_family(c: dict) -> dict:
     """llama, mistral, qwen2, qwen3: RMSNorm, RoPE, SwiGLU; they differ in biases, q/k norm and windows."""
     model_type = c["model_type"]
@@ -264,6 +284,7 @@ BIAS_FIELDS = {
     "granite": ("attention_bias", "attention_bias", "mlp_bias"),
     "smollm3": ("attention_bias", "attention_bias", "mlp_bias"),
     "olmo2": ("attention_bias", "attention_bias", False),
+    "phi": (True, True, True),
 }
 
 
@@ -277,7 +298,7 @@ def _sliding(c: dict) -> tuple[int | None, list[str]]:
         qwen3_moe          with `use_sliding_window`: every layer
         llama, olmoe,      never (a `sliding_window` field is ignored)
         gemma, granite,
-        olmo2
+        olmo2, phi
         gemma2, gemma3     the layers `layer_types` names; by default all but every `pattern`-th: the even
                            ones (Gemma 2: 2), five layers of six (Gemma 3: `sliding_window_pattern`, 6)
         smollm3            the layers `layer_types` names (whatever `use_sliding_window` says: transformers'
@@ -296,7 +317,7 @@ def _sliding(c: dict) -> tuple[int | None, list[str]]:
                                                                       else "sliding_attention" for i in range(n)])
     switched = model_type in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe")  # off unless use_sliding_window
     window = c.get("sliding_window") if not switched or c["use_sliding_window"] else None
-    if model_type in ("llama", "olmoe", "gemma", "granite", "olmo2") or not window:
+    if model_type in ("llama", "olmoe", "gemma", "granite", "olmo2", "phi") or not window:
         return None, ["full_attention"] * n
     if model_type in ("mistral", "mixtral", "qwen3_moe", "phi3"):
         return window, ["sliding_attention"] * n
@@ -625,6 +646,8 @@ HF_DEFAULTS = {
                     tie_word_embeddings=True, attention_bias=False, mlp_bias=False, use_sliding_window=False,
                     sliding_window=None, no_rope_layers=None, no_rope_layer_interval=4, layer_types=None),
     "olmo2": dict(_LLAMA_LIKE, rms_norm_eps=1e-5, attention_bias=False, num_key_value_heads=None),
+    "phi": dict(max_position_embeddings=2048, layer_norm_eps=1e-5, hidden_act="gelu_new", rope_theta=10000.0,
+                tie_word_embeddings=False, num_key_value_heads=None, qk_layernorm=False),
     # rotary_emb_base and rotary_pct: GPT_NEOX_ROPE
     "gpt_neox": dict(max_position_embeddings=2048, layer_norm_eps=1e-5, hidden_act="gelu", tie_word_embeddings=False,
                      use_parallel_residual=True, attention_bias=True),
@@ -649,6 +672,7 @@ HF_CONFIG_READERS = {
     "smollm3": _smollm3,
     "olmo2": _olmo2,
     "gpt_neox": _gpt_neox,
+    "phi": _phi,
 }
 
 

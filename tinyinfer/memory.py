@@ -48,10 +48,10 @@ def param_count(cfg: Config, active: bool = False) -> int:
     n_mats = 3 if cfg.mlp == "swiglu" else 2
     dense_mlp = n_mats * d * cfg.d_ff + (cfg.d_ff * (n_mats - 1) + d) * cfg.mlp_bias
     mlps = sum(moe_param_counts(cfg)[active] if cfg.is_moe_layer(i) else dense_mlp for i in range(cfg.n_layers))
-    norms_per_layer = 2 * (cfg.pre_norms + cfg.post_norms)  # Gemma 2 norms each sublayer's input and output
+    norms_per_layer = 2 * (cfg.pre_norms + cfg.post_norms) - cfg.shared_input_norm  # Gemma 2: 4, Phi-2: 1
     layers = cfg.n_layers * (norms_per_layer * norm + attention) + mlps
     embed = cfg.vocab_size * d + (cfg.max_seq_len * d if cfg.position == "learned" else 0)
-    lm_head = 0 if cfg.tie_word_embeddings else cfg.vocab_size * d
+    lm_head = (0 if cfg.tie_word_embeddings else cfg.vocab_size * d) + cfg.vocab_size * cfg.lm_head_bias
     return embed + layers + norm + lm_head
 
 

@@ -9,11 +9,12 @@
 Architectures differ by switches in their Config, not by code paths: Gemma 2 norms each sublayer's output
 again before adding it (`post_norms`: x = x + norm(attention(norm(x)))) and soft-caps attention scores and
 logits; OLMo 2 norms the output only (`pre_norms` off: x = x + norm(attention(x))); GPT-NeoX feeds the layer's
-input to both sublayers (`parallel_residual`: x = x + attention(norm(x)) + mlp(norm'(x))); Granite scales the
-embeddings, each sublayer's output (`residual_scale`), the scores and the logits by numbers from its config.json.
-Phi-3 rotates part of each head; Gemma's norms scale by 1 + weight (tinyinfer/norms.py); Gemma 3's sliding
-layers rotate with a RoPE of their own (`local_rope_theta`), so a pass computes one (cos, sin) pair per RoPE
-setting and each layer takes its own (SmolLM3's layers without RoPE take none).
+input to both sublayers (`parallel_residual`: x = x + attention(norm(x)) + mlp(norm'(x))), Phi-2 through one
+norm (`shared_input_norm`); Granite scales the embeddings, each sublayer's output (`residual_scale`), the scores
+and the logits by numbers from its config.json. Phi-3 rotates part of each head; Gemma's norms scale by
+1 + weight (tinyinfer/norms.py); Gemma 3's sliding layers rotate with a RoPE of their own (`local_rope_theta`),
+so a pass computes one (cos, sin) pair per RoPE setting and each layer takes its own (SmolLM3's layers without
+RoPE take none).
 
 One function serves prefill (a whole prompt) and decode (one token), for one sequence or many at once:
 `forward` takes a list of `SeqChunk`s, each some new tokens of one sequence. Linear layers run on all
@@ -106,22 +107,22 @@ class Model:
             self.adapters.route(chunks, self.xp)  # which rows take which LoRA adapter, in every layer of this pass
         plan = self._plan_attention(chunks, cache)
         for i, layer in enumerate(p["layers"]):
-            layer_input = x
-            h = apply_norm(x, layer["attn_norm"], cfg.norm, cfg.norm_eps) if cfg.pre_norms else x  # OLMo 2: x
+            normed = apply_norm(x, layer["attn_norm"], cfg.norm, cfg.norm_eps) if cfg.pre_norms else x  # OLMo 2: x
             layer_rope = local_rope if cfg.layer_types[i] == "sliding_attention" else rope
             if i in cfg.nope_layers:  # SmolLM3: this layer sees no positions, only the causal order
                 layer_rope = None
-            h = self.attention_block(i, layer, h, chunks, plan, layer_rope, cache)  # [T, d]
-            x = x + self._residual(h, layer, "post_attn_norm")
-            h = layer_input if cfg.parallel_residual else x  # GPT-NeoX: the MLP reads what attention read
-            h = apply_norm(h, layer["mlp_norm"], cfg.norm, cfg.norm_eps) if cfg.pre_norms else h
-            h = self.feed_forward(i, layer, h)  # [T, d]
+            h = self.attention_block(i, layer, normed, chunks, plan, layer_rope, cache)  # [T, d]
+            layer_input, x = x, x + self._residual(h, layer, "post_attn_norm")
+            if not cfg.shared_input_norm:  # (Phi-2's MLP reads what attention read: `normed`)
+                h = layer_input if cfg.parallel_residual else x  # GPT-NeoX: the layer's input, as attention
+                normed = apply_norm(h, layer["mlp_norm"], cfg.norm, cfg.norm_eps) if cfg.pre_norms else h
+            h = self.feed_forward(i, layer, normed)  # [T, d]
             x = x + self._residual(h, layer, "post_mlp_norm")
         if not all_logits:
             last = np.cumsum([len(c.tokens) for c in chunks]) - 1
             x = x[to_device(last, self.device)]  # [T, d] -> [n_chunks, d]: only what sampling needs
         x = apply_norm(x, p["final_norm"], cfg.norm, cfg.norm_eps)
-        logits = x @ p["lm_head"]  # [*, d] -> [*, V]
+        logits = linear(x, p, "lm_head")  # [*, d] -> [*, V] (+ Phi-2's bias)
         if cfg.logits_divisor != 1.0:  # Granite
             logits = logits / self.dtype.type(cfg.logits_divisor)
         return soft_cap(logits, cfg.final_softcap)

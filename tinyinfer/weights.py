@@ -11,7 +11,7 @@ model code reads, checking every shape on the way:
                     "post_attn_norm"?, "post_mlp_norm"? (Gemma 2, OLMo 2: on each sublayer's output)}, ...],
         a Mixture-of-Experts layer's "mlp": {"router": [d, E], "experts": [{"gate", "up", "down"} x E],
                                              "shared"?: {"gate", "up", "down"}, "shared_gate"?: [d, 1]},
-        "final_norm": {"weight", "bias"?},  "lm_head": [d, vocab],
+        "final_norm": {"weight", "bias"?},  "lm_head": [d, vocab],  "lm_head_bias"?: [vocab] (Phi),
     }
 
 Linear weights are stored as [in, out] so every projection reads `x @ w` (PyTorch's nn.Linear stores
@@ -122,10 +122,7 @@ def gpt_neox_params(get: Getter, cfg: Config) -> dict:
             "qkv": np.ascontiguousarray(_neox_qkv(get(f"{p}.attention.query_key_value.weight", (3 * d, d)), cfg).T),
             "o": linear(get, f"{p}.attention.dense.weight", d, d),
             "mlp_norm": norm(get, f"{p}.post_attention_layernorm", d, True),
-            "mlp": {"up": linear(get, f"{p}.mlp.dense_h_to_4h.weight", d, ff),
-                    "up_bias": get(f"{p}.mlp.dense_h_to_4h.bias", (ff,)),
-                    "down": linear(get, f"{p}.mlp.dense_4h_to_h.weight", ff, d),
-                    "down_bias": get(f"{p}.mlp.dense_4h_to_h.bias", (d,))},
+            "mlp": biased_mlp(get, f"{p}.mlp.dense_h_to_4h", f"{p}.mlp.dense_4h_to_h", d, ff),
         }
         if cfg.qkv_bias:  # with o's: attention_bias
             layer["qkv_bias"] = _neox_qkv(get(f"{p}.attention.query_key_value.bias", (3 * d,)), cfg)
@@ -136,6 +133,12 @@ def gpt_neox_params(get: Getter, cfg: Config) -> dict:
     lm_head = embed.T if cfg.tie_word_embeddings else linear(get, head, d, V)
     return {"embed": embed, "layers": layers, "final_norm": norm(get, "gpt_neox.final_layer_norm", d, True),
             "lm_head": lm_head}
+
+
+def biased_mlp(get: Getter, up: str, down: str, d: int, d_ff: int) -> dict:
+    """An ungated MLP of two nn.Linear layers with biases (GPT-NeoX, Phi), named `up` and `down` in the file."""
+    return {"up": linear(get, f"{up}.weight", d, d_ff), "up_bias": get(f"{up}.bias", (d_ff,)),
+            "down": linear(get, f"{down}.weight", d_ff, d), "down_bias": get(f"{down}.bias", (d,))}
 
 
 def _neox_qkv(w: np.ndarray, cfg: Config) -> np.ndarray:
@@ -151,16 +154,17 @@ def _neox_qkv(w: np.ndarray, cfg: Config) -> np.ndarray:
 # fused weights): nn.Linear layers, RMSNorm, a gated MLP.
 # ---------------------------------------------------------------------------------------------------------------
 
-def llama_attention(get: Getter, cfg: Config, p: str) -> dict:
-    """q/k/v/o projections of one layer (`p` = "model.layers.{i}.self_attn"), biases and q/k norms as configured."""
+def llama_attention(get: Getter, cfg: Config, p: str, o_name: str = "o_proj") -> dict:
+    """q/k/v/o projections of one layer (`p` = "model.layers.{i}.self_attn"), biases and q/k norms as configured;
+    the output projection is `o_name` (Phi calls it "dense")."""
     d, q_dim, kv_dim = cfg.d_model, cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
     widths = {"q": q_dim, "k": kv_dim, "v": kv_dim}
     attn = {"qkv": np.concatenate([linear(get, f"{p}.{n}_proj.weight", d, w) for n, w in widths.items()], axis=1),
-            "o": linear(get, f"{p}.o_proj.weight", q_dim, d)}  # qkv: 3 x [d, width] -> [d, q_dim + 2 kv_dim]
+            "o": linear(get, f"{p}.{o_name}.weight", q_dim, d)}  # qkv: 3 x [d, width] -> [d, q_dim + 2 kv_dim]
     if cfg.qkv_bias:
         attn["qkv_bias"] = np.concatenate([get(f"{p}.{n}_proj.bias", (w,)) for n, w in widths.items()])
     if cfg.o_bias:
-        attn["o_bias"] = get(f"{p}.o_proj.bias", (d,))
+        attn["o_bias"] = get(f"{p}.{o_name}.bias", (d,))
     if cfg.qk_norm:  # one head wide (Qwen3), or the whole projection (OLMoE)
         q_width, k_width = (q_dim, kv_dim) if cfg.qk_norm_span == "full" else (cfg.head_dim, cfg.head_dim)
         attn |= {"q_norm": get(f"{p}.q_norm.weight", (q_width,)), "k_norm": get(f"{p}.k_norm.weight", (k_width,))}
@@ -224,6 +228,19 @@ def phi3_mlp(get: Getter, cfg: Config, i: int) -> dict:
 
 def phi3_params(get: Getter, cfg: Config) -> dict:
     return llama_params(get, cfg, phi3_mlp, phi3_attention)
+
+
+def phi_params(get: Getter, cfg: Config) -> dict:
+    """Phi: one LayerNorm per layer (`shared_input_norm`), biases everywhere, the LM head's too."""
+    d, V = cfg.d_model, cfg.vocab_size
+    layers = [{"attn_norm": norm(get, f"model.layers.{i}.input_layernorm", d, True),
+               **llama_attention(get, cfg, f"model.layers.{i}.self_attn", o_name="dense"),
+               "mlp": biased_mlp(get, f"model.layers.{i}.mlp.fc1", f"model.layers.{i}.mlp.fc2", d, cfg.d_ff)}
+              for i in range(cfg.n_layers)]
+    embed = embedding_table(get, cfg)
+    lm_head = embed.T if cfg.tie_word_embeddings else linear(get, "lm_head.weight", d, V)
+    return {"embed": embed, "layers": layers, "final_norm": norm(get, "model.final_layernorm", d, True),
+            "lm_head": lm_head, "lm_head_bias": get("lm_head.bias", (V,))}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -291,6 +308,7 @@ PARAM_BUILDERS = {
     "smollm3": (llama_params, ()),
     "olmo2": (llama_params, ()),
     "gpt_neox": (gpt_neox_params, ()),
+    "phi": (phi_params, ()),
 }
 
 
