@@ -28,9 +28,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 
 import numpy as np
 import pytest
+import safetensors.torch
 import torch
 import transformers
 from tiny_models import assert_cached_decode_equals_full_recompute, built_once, hf_greedy, hf_logits, make_tiny_models, prompt_ids
@@ -323,3 +325,23 @@ def test_phi2_config_file_reads():
 def test_phi_qk_layernorm_is_refused_by_name():
     with pytest.raises(TinyInferError, match="qk_layernorm=true .LayerNorms on q and k. is not supported"):
         config_from_hf({**SIZES, "model_type": "phi", "qk_layernorm": True})
+
+
+def test_gpt_neox_hub_file_layout_loads(checkpoint, tmp_path):
+    """Pythia's Hub files hold each layer's causal-mask buffers (attention.bias, attention.masked_bias) and
+    rotary_emb.inv_freq beside the weights, which are skipped; and an output layer `embed_out.weight` of its own
+    under tie_word_embeddings=true is kept apart from the embedding table, as transformers 5 does."""
+    folder = shutil.copytree(checkpoint("gpt_neox_sequential_tied_no_bias"), tmp_path / "pythia")
+    tensors = safetensors.torch.load_file(folder / "model.safetensors")
+    assert "embed_out.weight" not in tensors  # saved tied: the table only
+    tensors["embed_out.weight"] = torch.randn(tensors["gpt_neox.embed_in.weight"].shape) * make_tiny_models.INIT_STD
+    for i in range(BASE["num_hidden_layers"]):
+        n = BASE["max_position_embeddings"]
+        tensors[f"gpt_neox.layers.{i}.attention.bias"] = torch.ones(1, 1, n, n, dtype=torch.bool).tril()
+        tensors[f"gpt_neox.layers.{i}.attention.masked_bias"] = torch.tensor(-1e9)
+        tensors[f"gpt_neox.layers.{i}.attention.rotary_emb.inv_freq"] = torch.ones(3)
+    safetensors.torch.save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+    model = tinyinfer.load(folder)
+    ids = prompt_ids(24)
+    assert not model.config.tie_word_embeddings
+    np.testing.assert_allclose(model.logits(ids), hf_logits(folder, ids), rtol=0, atol=LOGITS_ATOL)

@@ -73,9 +73,15 @@ def embedding_table(get: Getter, cfg: Config) -> np.ndarray:
     """The input embedding [V, d]. A tied file may hold the one table under the output layer's name only
     (lm_head.weight): transformers ties them either way round, and so does tinyinfer."""
     name = embedding_name(cfg)
-    if cfg.tie_word_embeddings and not get.has(name) and get.has("lm_head.weight"):
-        name = "lm_head.weight"
+    if cfg.tie_word_embeddings and not get.has(name) and get.has(head_name(get, cfg)):
+        name = head_name(get, cfg)
     return get(name, (cfg.vocab_size, cfg.d_model))
+
+
+def head_name(get: Getter, cfg: Config) -> str:
+    """The output layer's tensor: lm_head.weight, or embed_out.weight in GPT-NeoX's Hub files (transformers 5
+    renames it to lm_head.weight when it loads them, and back when it saves)."""
+    return "embed_out.weight" if cfg.model_type == "gpt_neox" and get.has("embed_out.weight") else "lm_head.weight"
 
 
 def norm(get: Getter, prefix: str, d: int, with_bias: bool) -> dict:
@@ -129,8 +135,7 @@ def gpt_neox_params(get: Getter, cfg: Config) -> dict:
             layer["o_bias"] = get(f"{p}.attention.dense.bias", (d,))
         layers.append(layer)
     embed = embedding_table(get, cfg)
-    head = "embed_out.weight" if get.has("embed_out.weight") else "lm_head.weight"  # the Hub's name, transformers 5's
-    lm_head = embed.T if cfg.tie_word_embeddings else linear(get, head, d, V)
+    lm_head = embed.T if cfg.tie_word_embeddings else linear(get, head_name(get, cfg), d, V)
     return {"embed": embed, "layers": layers, "final_norm": norm(get, "gpt_neox.final_layer_norm", d, True),
             "lm_head": lm_head}
 
@@ -328,10 +333,11 @@ def untie_if_the_file_disagrees(checkpoint: Checkpoint, cfg: Config) -> Config:
     (save_pretrained drops the duplicate), or both equal (converted PyTorch files): those stay tied.
     """
     get = tensor_getter(checkpoint, np.float32, PARAM_BUILDERS[cfg.model_type][1])
-    if not (cfg.tie_word_embeddings and get.has("lm_head.weight") and get.has(embedding_name(cfg))):
+    head = head_name(get, cfg)
+    if not (cfg.tie_word_embeddings and get.has(head) and get.has(embedding_name(cfg))):
         return cfg
     shape = (cfg.vocab_size, cfg.d_model)
-    same = np.array_equal(get("lm_head.weight", shape), get(embedding_name(cfg), shape))
+    same = np.array_equal(get(head, shape), get(embedding_name(cfg), shape))
     return cfg if same else dataclasses.replace(cfg, tie_word_embeddings=False)
 
 
