@@ -38,9 +38,11 @@ import transformers
 from tiny_models import assert_cached_decode_equals_full_recompute, built_once, hf_greedy, hf_logits, make_tiny_models, prompt_ids
 
 import tinyinfer
+import tinyinfer.model
 from tinyinfer.config import config_from_hf
 from tinyinfer.engine import LLM
 from tinyinfer.errors import TinyInferError
+from tinyinfer.flash_attention import tiled_attention
 from tinyinfer.memory import param_count
 from tinyinfer.model import Model
 from tinyinfer.sampling import SamplingParams
@@ -143,6 +145,25 @@ def test_serving_engine_gives_the_greedy_tokens_of_generate(name, checkpoint):
     results = LLM(model, block_size=4, max_num_batched_tokens=32).generate(prompts, params)
     for prompt, result in zip(prompts, results):
         assert result.token_ids == list(model.generate(prompt, params).token_ids)
+
+
+@pytest.mark.parametrize("name", ["granite", "smollm3_window_bias"])
+def test_tiled_prefill_matches_transformers(name, checkpoint, monkeypatch):
+    """The long-prompt path (`tiled_attention`), forced on a 40-token prompt with 8-position tiles: Granite's score
+    scale and SmolLM3's window over unrotated keys reach it too."""
+    monkeypatch.setattr(tinyinfer.model, "TILED_ATTENTION_MIN_SCORES", 0)
+    calls = []
+
+    def small_tiles(*args, **kwargs):
+        calls.append(args[5])  # the score scale
+        return tiled_attention(*args, **kwargs, tile=8)
+
+    monkeypatch.setattr(tinyinfer.model, "tiled_attention", small_tiles)
+    folder = checkpoint(name)
+    ids = prompt_ids(40, seed=8)
+    model = tinyinfer.load(folder)
+    np.testing.assert_allclose(model.logits(ids), hf_logits(folder, ids), rtol=0, atol=LOGITS_ATOL)
+    assert calls == [model.config.attention_scale(i) for i in range(model.config.n_layers)]  # every layer, tiled
 
 
 # Each switch undone (a Config change) must move some logit by MISTAKE_MIN, or the variant would not catch a
