@@ -203,50 +203,6 @@ def _gpt2(c: dict) -> dict:
     )
 
 
-def _gpt_neox(c: dict) -> dict:
-    """GPT-NeoX (Pythia): LayerNorm with biases, q/k/v fused per head in the file (reordered at load,
-    tinyinfer/weights.py), RoPE on the first `partial_rotary_factor` (`rotary_pct`, 0.25) of each head with theta
-    `rotary_emb_base`, a biased GELU MLP, and by default a parallel residual (`use_parallel_residual`): attention and
-    MLP both read the layer's input, each through its own norm, and both outputs join the stream at once."""
-    rope = dict(c.get("rope_scaling") or c.get("rope_parameters") or {})  # as GPTNeoXConfig reads the dialects
-    rope.setdefault("rope_theta", c.get("rotary_emb_base", GPT_NEOX_ROPE["rope_theta"]))
-    rope.setdefault("partial_rotary_factor", c.get("rotary_pct", GPT_NEOX_ROPE["partial_rotary_factor"]))
-    theta, scaling = _rope({**c, "rope_scaling": None, "rope_parameters": rope})
-    d, n_heads = c["hidden_size"], c["num_attention_heads"]
-    if d % n_heads:
-        raise TinyInferError(f"config.json (gpt_neox): hidden_size={d} is not a multiple of "
-                             f"num_attention_heads={n_heads}")
-    return dict(
-        vocab_size=c["vocab_size"], d_model=d, n_layers=c["num_hidden_layers"], n_heads=n_heads, n_kv_heads=n_heads,
-        head_dim=d // n_heads, d_ff=c["intermediate_size"], max_seq_len=c["max_position_embeddings"],
-        norm="layernorm", norm_eps=c["layer_norm_eps"], activation=_activation(c["hidden_act"]), mlp="gelu_mlp",
-        rope_theta=theta, rope_scaling=scaling, partial_rotary_factor=rope["partial_rotary_factor"],
-        qkv_bias=c["attention_bias"], o_bias=c["attention_bias"], mlp_bias=True,
-        parallel_residual=c["use_parallel_residual"], tie_word_embeddings=c["tie_word_embeddings"],
-    )
-
-
-GPT_NEOX_ROPE = {"rope_theta": 10000.0, "partial_rotary_factor": 0.25}  # GPTNeoXConfig: default_theta, rotary_pct
-
-
-def _phi(c: dict) -> dict:
-    """Phi (Phi-1, Phi-1.5, Phi-2): one LayerNorm (with bias) per layer whose output both sublayers read, side by
-    side (x = x + attention(norm(x)) + mlp(norm(x))), biases on q, k, v, the output projection `dense`, the GELU
-    MLP (fc1, fc2) and the LM head, and RoPE on the first `partial_rotary_factor` of each head (0.4 on Phi-2; 0.5
-    when the file says nothing). `qk_layernorm` (LayerNorms on q and k per head) is not implemented: refused."""
-    if c.get("qk_layernorm"):
-        raise TinyInferError("config.json (phi): qk_layernorm=true (LayerNorms on q and k) is not supported; only "
-                             "qk_layernorm false, as in Phi-1, Phi-1.5 and Phi-2, is")
-    rope = dict(c.get("rope_scaling") or c.get("rope_parameters") or {})  # as PhiConfig reads the dialects
-    factor = rope.get("partial_rotary_factor", c.get("partial_rotary_factor", PHI_PARTIAL_ROTARY_FACTOR))
-    fields = _llama_family({**c, "rms_norm_eps": c["layer_norm_eps"]})  # the Llama reading, LayerNorm's epsilon
-    return dict(fields, norm="layernorm", mlp="gelu_mlp", partial_rotary_factor=factor, parallel_residual=True,
-                shared_input_norm=True, lm_head_bias=True)
-
-
-PHI_PARTIAL_ROTARY_FACTOR = 0.5  # PhiConfig's default when config.json gives none (not a field of the class)
-
-
 def _llama_family(c: dict) -> dict:
     """llama, mistral, qwen2, qwen3: RMSNorm, RoPE, SwiGLU; they differ in biases, q/k norm and windows."""
     model_type = c["model_type"]
@@ -425,6 +381,54 @@ def _olmo2(c: dict) -> dict:
     x = x + norm(mlp(x)), and q and k each normed over the whole projection (all heads as one, as OLMoE) before
     RoPE. `attention_bias` puts biases on q, k, v and o; the MLP has none."""
     return dict(_llama_family(c), pre_norms=False, post_norms=True, qk_norm=True, qk_norm_span="full")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Parallel blocks with LayerNorm: GPT-NeoX (Pythia) and Phi (Phi-1.5, Phi-2)
+# ---------------------------------------------------------------------------------------------------------------
+
+def _gpt_neox(c: dict) -> dict:
+    """GPT-NeoX (Pythia): LayerNorm with biases, q/k/v fused per head in the file (reordered at load,
+    tinyinfer/weights.py), RoPE on the first `partial_rotary_factor` (`rotary_pct`, 0.25) of each head with theta
+    `rotary_emb_base`, a biased GELU MLP, and by default a parallel residual (`use_parallel_residual`): attention and
+    MLP both read the layer's input, each through its own norm, and both outputs join the stream at once."""
+    rope = dict(c.get("rope_scaling") or c.get("rope_parameters") or {})  # as GPTNeoXConfig reads the dialects
+    rope.setdefault("rope_theta", c.get("rotary_emb_base", GPT_NEOX_ROPE["rope_theta"]))
+    rope.setdefault("partial_rotary_factor", c.get("rotary_pct", GPT_NEOX_ROPE["partial_rotary_factor"]))
+    theta, scaling = _rope({**c, "rope_scaling": None, "rope_parameters": rope})
+    d, n_heads = c["hidden_size"], c["num_attention_heads"]
+    if d % n_heads:
+        raise TinyInferError(f"config.json (gpt_neox): hidden_size={d} is not a multiple of "
+                             f"num_attention_heads={n_heads}")
+    return dict(
+        vocab_size=c["vocab_size"], d_model=d, n_layers=c["num_hidden_layers"], n_heads=n_heads, n_kv_heads=n_heads,
+        head_dim=d // n_heads, d_ff=c["intermediate_size"], max_seq_len=c["max_position_embeddings"],
+        norm="layernorm", norm_eps=c["layer_norm_eps"], activation=_activation(c["hidden_act"]), mlp="gelu_mlp",
+        rope_theta=theta, rope_scaling=scaling, partial_rotary_factor=rope["partial_rotary_factor"],
+        qkv_bias=c["attention_bias"], o_bias=c["attention_bias"], mlp_bias=True,
+        parallel_residual=c["use_parallel_residual"], tie_word_embeddings=c["tie_word_embeddings"],
+    )
+
+
+GPT_NEOX_ROPE = {"rope_theta": 10000.0, "partial_rotary_factor": 0.25}  # GPTNeoXConfig: default_theta, rotary_pct
+
+
+def _phi(c: dict) -> dict:
+    """Phi (Phi-1, Phi-1.5, Phi-2): one LayerNorm (with bias) per layer whose output both sublayers read, side by
+    side (x = x + attention(norm(x)) + mlp(norm(x))), biases on q, k, v, the output projection `dense`, the GELU
+    MLP (fc1, fc2) and the LM head, and RoPE on the first `partial_rotary_factor` of each head (0.4 on Phi-2; 0.5
+    when the file says nothing). `qk_layernorm` (LayerNorms on q and k per head) is not implemented: refused."""
+    if c.get("qk_layernorm"):
+        raise TinyInferError("config.json (phi): qk_layernorm=true (LayerNorms on q and k) is not supported; only "
+                             "qk_layernorm false, as in Phi-1, Phi-1.5 and Phi-2, is")
+    rope = dict(c.get("rope_scaling") or c.get("rope_parameters") or {})  # as PhiConfig reads the dialects
+    factor = rope.get("partial_rotary_factor", c.get("partial_rotary_factor", PHI_PARTIAL_ROTARY_FACTOR))
+    fields = _llama_family({**c, "rms_norm_eps": c["layer_norm_eps"]})  # the Llama reading, LayerNorm's epsilon
+    return dict(fields, norm="layernorm", mlp="gelu_mlp", partial_rotary_factor=factor, parallel_residual=True,
+                shared_input_norm=True, lm_head_bias=True)
+
+
+PHI_PARTIAL_ROTARY_FACTOR = 0.5  # PhiConfig's default when config.json gives none (not a field of the class)
 
 
 # ---------------------------------------------------------------------------------------------------------------
