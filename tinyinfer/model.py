@@ -113,8 +113,8 @@ class Model:
                 layer_rope = None
             h = self.attention_block(i, layer, normed, chunks, plan, layer_rope, cache)  # [T, d]
             layer_input, x = x, x + self._residual(h, layer, "post_attn_norm")
-            if not cfg.shared_input_norm:  # (Phi-2's MLP reads what attention read: `normed`)
-                h = layer_input if cfg.parallel_residual else x  # GPT-NeoX: the layer's input, as attention
+            if not cfg.shared_input_norm:  # Phi-2's MLP reads `normed` too: what attention read
+                h = layer_input if cfg.parallel_residual else x  # GPT-NeoX: the layer's input, as attention did
                 normed = apply_norm(h, layer["mlp_norm"], cfg.norm, cfg.norm_eps) if cfg.pre_norms else h
             h = self.feed_forward(i, layer, normed)  # [T, d]
             x = x + self._residual(h, layer, "post_mlp_norm")
