@@ -26,7 +26,6 @@ the serving engine (paged cache, batched decode) equal to model.generate.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import shutil
 
@@ -35,19 +34,25 @@ import pytest
 import safetensors.torch
 import torch
 import transformers
-from tiny_models import assert_cached_decode_equals_full_recompute, built_once, hf_greedy, hf_logits, make_tiny_models, prompt_ids
+from tiny_models import (
+    LOGITS_ATOL,
+    build_with_transformers,
+    built_once,
+    generation_tests,
+    hf_logits,
+    make_tiny_models,
+    mistake_distance,
+    parity_tests,
+    prompt_ids,
+)
 
 import tinyinfer
 import tinyinfer.model
 from tinyinfer.config import config_from_hf
-from tinyinfer.engine import LLM
 from tinyinfer.errors import TinyInferError
 from tinyinfer.flash_attention import tiled_attention
 from tinyinfer.memory import param_count
-from tinyinfer.model import Model
-from tinyinfer.sampling import SamplingParams
 
-LOGITS_ATOL = 1e-4  # against transformers (see test_parity_hf.py)
 MISTAKE_MIN = 0.5  # what undoing a switch must move some logit by (logits here reach 3 to 10)
 WINDOW = 6  # keys; far shorter than the 24-token prompts
 
@@ -94,12 +99,8 @@ CONFIG_EDITS = {"gpt_neox_hub_config": {"rope_parameters": None, "rotary_pct": 0
 
 
 def build(folder, config_class: str, fields: dict, dtype: str = "float32", config_edits: dict | None = None):
-    """A checkpoint written by transformers itself (BASE + `fields`), every parameter re-randomised."""
-    config = getattr(transformers, config_class)(**{**BASE, **fields})
-    model = transformers.AutoModelForCausalLM.from_config(config)
-    make_tiny_models.randomise_(model, seed=0)  # norm weights ~ U(0.5, 1.5)
-    model.to(getattr(torch, dtype)).save_pretrained(folder)
-    transformers.GenerationConfig(bos_token_id=1, eos_token_id=2, do_sample=False).save_pretrained(folder)
+    """BASE + `fields`, every parameter re-randomised, its config.json then edited (`CONFIG_EDITS`)."""
+    build_with_transformers(folder, config_class, {**BASE, **fields}, dtype)
     if config_edits:
         config = {**json.loads((folder / "config.json").read_text()), **config_edits}
         kept = {key: value for key, value in config.items() if value is not None}
@@ -114,38 +115,10 @@ def checkpoint(tmp_path_factory):
                       lambda name, folder: build(folder, *VARIANTS[name], CONFIG_EDITS.get(name)))
 
 
-@pytest.mark.parametrize("name", VARIANTS)
-def test_logits_match_transformers_at_every_position(name, checkpoint):
-    """A bf16 file is read exactly (bf16 widens to float32 without rounding), so it meets the float32 bound too."""
-    folder = checkpoint(name)
-    ids = prompt_ids(24)
-    np.testing.assert_allclose(tinyinfer.load(folder).logits(ids), hf_logits(folder, ids), rtol=0, atol=LOGITS_ATOL)
+test_logits_match_transformers_at_every_position, test_cached_decode_equals_full_recompute = parity_tests(VARIANTS)
 
-
-@pytest.mark.parametrize("name", VARIANTS)
-def test_cached_decode_equals_full_recompute(name, checkpoint):
-    assert_cached_decode_equals_full_recompute(checkpoint(name), n=24)
-
-
-@pytest.mark.parametrize("name", ONE_PER_FAMILY)
-def test_greedy_tokens_equal_transformers_generate(name, checkpoint):
-    folder = checkpoint(name)
-    ids = prompt_ids(16, seed=2)
-    result = tinyinfer.load(folder).generate(ids, max_tokens=24, temperature=0.0, ignore_eos=True)
-    assert list(result.token_ids) == hf_greedy(folder, ids, 24)
-
-
-@pytest.mark.parametrize("name", ONE_PER_FAMILY)
-def test_serving_engine_gives_the_greedy_tokens_of_generate(name, checkpoint):
-    """Several sequences batched through the paged cache (one-token steps attended as one batch): each gets the
-    tokens model.generate gives it alone."""
-    model = tinyinfer.load(checkpoint(name))
-    prompts = [prompt_ids(n, seed=seed) for n, seed in ((20, 3), (9, 4), (14, 5), (3, 6))]
-    params = SamplingParams(max_tokens=16, temperature=0.0, ignore_eos=True)
-    results = LLM(model, block_size=4, max_num_batched_tokens=32).generate(prompts, params)
-    for prompt, result in zip(prompts, results):
-        assert result.token_ids == list(model.generate(prompt, params).token_ids)
-
+test_greedy_tokens_equal_transformers_generate, test_serving_engine_gives_the_greedy_tokens_of_generate = \
+    generation_tests(ONE_PER_FAMILY)
 
 @pytest.mark.parametrize("name", ["granite", "smollm3_window_bias"])
 def test_tiled_prefill_matches_transformers(name, checkpoint, monkeypatch):
@@ -187,11 +160,7 @@ MISTAKES = {
 @pytest.mark.parametrize("name, change", [(name, change) for name, changes in MISTAKES.items() for change in changes],
                          ids=lambda x: x if isinstance(x, str) else "-".join(x))
 def test_each_switch_matters(name, change, checkpoint):
-    folder = checkpoint(name)
-    model = tinyinfer.load(folder)
-    mistaken = Model(dataclasses.replace(model.config, **change), model.params)
-    ids = prompt_ids(24)
-    assert np.abs(mistaken.logits(ids) - hf_logits(folder, ids)).max() > MISTAKE_MIN
+    assert mistake_distance(checkpoint(name), change) > MISTAKE_MIN
 
 
 def _layers(params: dict, change) -> dict:
@@ -229,11 +198,7 @@ LOADER_MISTAKES = {
 @pytest.mark.parametrize("mistake", LOADER_MISTAKES)
 def test_each_loader_mistake_moves_the_logits_far(mistake, checkpoint):
     name, change, mistaken_params = LOADER_MISTAKES[mistake]
-    folder = checkpoint(name)
-    model = tinyinfer.load(folder)
-    mistaken = Model(dataclasses.replace(model.config, **change), mistaken_params(model.params, model.config))
-    ids = prompt_ids(24)
-    assert np.abs(mistaken.logits(ids) - hf_logits(folder, ids)).max() > MISTAKE_MIN
+    assert mistake_distance(checkpoint(name), change, mistaken_params) > MISTAKE_MIN
 
 
 @pytest.mark.parametrize("name", VARIANTS)

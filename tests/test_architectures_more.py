@@ -21,28 +21,33 @@ tokens equal to transformers' generate; the serving engine (paged cache, batched
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import numpy as np
 import pytest
 import tokenizers
-import torch
 import transformers
 from conftest import shared_data
-from tiny_models import assert_cached_decode_equals_full_recompute, built_once, hf_greedy, hf_logits, make_tiny_models, prompt_ids
+from tiny_models import (
+    LOGITS_ATOL,
+    build_with_transformers,
+    built_once,
+    generation_tests,
+    hf_greedy,
+    hf_logits,
+    make_tiny_models,
+    mistake_distance,
+    parity_tests,
+    prompt_ids,
+)
 
 import tinyinfer
 import tinyinfer.model
 from tinyinfer.config import config_from_hf
-from tinyinfer.engine import LLM
 from tinyinfer.errors import TinyInferError
 from tinyinfer.flash_attention import tiled_attention
 from tinyinfer.memory import param_count
-from tinyinfer.model import Model
-from tinyinfer.sampling import SamplingParams
 
-LOGITS_ATOL = 1e-4  # against transformers (see test_parity_hf.py)
 WINDOW = 6  # keys; far shorter than the 24-token prompts
 
 BASE = dict(vocab_size=make_tiny_models.VOCAB_SIZE, hidden_size=48, intermediate_size=96, num_hidden_layers=2,
@@ -75,18 +80,9 @@ VARIANTS = {
 
 
 def build(folder, config_class: str, fields: dict, dtype: str = "float32"):
-    """A checkpoint written by transformers itself (BASE + `fields`), every parameter re-randomised."""
-    config = getattr(transformers, config_class)(**{**BASE, **fields})
-    model = transformers.AutoModelForCausalLM.from_config(config)
-    make_tiny_models.randomise_(model, seed=0)  # norm weights ~ U(0.5, 1.5)
-    if config_class.startswith("Gemma"):  # gains 1 + weight: the same U(0.5, 1.5) as the other families' tests
-        with torch.no_grad():
-            for param_name, param in model.named_parameters():
-                if param_name.endswith("norm.weight"):
-                    param -= 1.0
-    model.to(getattr(torch, dtype)).save_pretrained(folder)
-    transformers.GenerationConfig(bos_token_id=1, eos_token_id=2, do_sample=False).save_pretrained(folder)
-    return folder
+    """BASE + `fields`, every parameter re-randomised; Gemma's gains (1 + weight) spread as the others'."""
+    norm_offset = 1.0 if config_class.startswith("Gemma") else 0.0
+    return build_with_transformers(folder, config_class, {**BASE, **fields}, dtype, norm_offset)
 
 
 @pytest.fixture(scope="module")
@@ -95,38 +91,10 @@ def checkpoint(tmp_path_factory):
     return built_once(tmp_path_factory.mktemp("architectures_more"), lambda name, folder: build(folder, *VARIANTS[name]))
 
 
-@pytest.mark.parametrize("name", VARIANTS)
-def test_logits_match_transformers_at_every_position(name, checkpoint):
-    """A bf16 file is read exactly (bf16 widens to float32 without rounding), so it meets the float32 bound too."""
-    folder = checkpoint(name)
-    ids = prompt_ids(24)
-    np.testing.assert_allclose(tinyinfer.load(folder).logits(ids), hf_logits(folder, ids), rtol=0, atol=LOGITS_ATOL)
+test_logits_match_transformers_at_every_position, test_cached_decode_equals_full_recompute = parity_tests(VARIANTS)
 
-
-@pytest.mark.parametrize("name", VARIANTS)
-def test_cached_decode_equals_full_recompute(name, checkpoint):
-    assert_cached_decode_equals_full_recompute(checkpoint(name), n=24)
-
-
-@pytest.mark.parametrize("name", ["phi3_partial_rotary_window_tied", "gemma", "gemma2"])
-def test_greedy_tokens_equal_transformers_generate(name, checkpoint):
-    folder = checkpoint(name)
-    ids = prompt_ids(16, seed=2)
-    result = tinyinfer.load(folder).generate(ids, max_tokens=24, temperature=0.0, ignore_eos=True)
-    assert list(result.token_ids) == hf_greedy(folder, ids, 24)
-
-
-@pytest.mark.parametrize("name", ["phi3_partial_rotary_window_tied", "gemma", "gemma2"])
-def test_serving_engine_gives_the_greedy_tokens_of_generate(name, checkpoint):
-    """Several sequences batched through the paged cache (one-token steps attended as one batch, with the
-    window and the soft cap): each gets the tokens model.generate gives it alone."""
-    model = tinyinfer.load(checkpoint(name))
-    prompts = [prompt_ids(n, seed=seed) for n, seed in ((20, 3), (9, 4), (14, 5), (3, 6))]
-    params = SamplingParams(max_tokens=16, temperature=0.0, ignore_eos=True)
-    results = LLM(model, block_size=4, max_num_batched_tokens=32).generate(prompts, params)
-    for prompt, result in zip(prompts, results):
-        assert result.token_ids == list(model.generate(prompt, params).token_ids)
-
+test_greedy_tokens_equal_transformers_generate, test_serving_engine_gives_the_greedy_tokens_of_generate = \
+    generation_tests(["phi3_partial_rotary_window_tied", "gemma", "gemma2"])  # the engine: windows, soft caps
 
 @pytest.mark.parametrize("name", ["phi3_partial_rotary_window_tied", "gemma2", "gemma2_no_softcap_exact_gelu"])
 def test_tiled_prefill_matches_transformers(name, checkpoint, monkeypatch):
@@ -165,11 +133,7 @@ MISTAKES = {
 @pytest.mark.parametrize("name, change", [(name, change) for name, changes in MISTAKES.items() for change in changes],
                          ids=lambda x: x if isinstance(x, str) else "-".join(x))
 def test_each_switch_matters(name, change, checkpoint):
-    folder = checkpoint(name)
-    model = tinyinfer.load(folder)
-    mistaken = Model(dataclasses.replace(model.config, **change), model.params)
-    ids = prompt_ids(24)
-    assert np.abs(mistaken.logits(ids) - hf_logits(folder, ids)).max() > 10 * LOGITS_ATOL
+    assert mistake_distance(checkpoint(name), change) > 10 * LOGITS_ATOL
 
 
 # A loader mistake each file layout invites, reproduced on the loaded parameters of one layer dict
@@ -183,11 +147,8 @@ SWAPS = {
 
 @pytest.mark.parametrize("name", SWAPS)
 def test_tensors_read_under_the_wrong_names_move_the_logits_far(name, checkpoint):
-    folder = checkpoint(name)
-    model = tinyinfer.load(folder)
-    mistaken = Model(model.config, dict(model.params, layers=[SWAPS[name](layer) for layer in model.params["layers"]]))
-    ids = prompt_ids(24)
-    assert np.abs(mistaken.logits(ids) - hf_logits(folder, ids)).max() > 10 * LOGITS_ATOL
+    swapped = lambda params, cfg: dict(params, layers=[SWAPS[name](layer) for layer in params["layers"]])
+    assert mistake_distance(checkpoint(name), {}, swapped) > 10 * LOGITS_ATOL
 
 
 @pytest.mark.parametrize("name", VARIANTS)

@@ -32,7 +32,19 @@ import pytest
 import torch
 import transformers
 from safetensors.numpy import load_file, save_file
-from tiny_models import assert_cached_decode_equals_full_recompute, built_once, CACHE_ATOL, float64_model, hf_greedy, hf_logits, _import_script, make_tiny_models, prompt_ids, ROOT
+from tiny_models import (
+    CACHE_ATOL,
+    LOGITS_ATOL,
+    ROOT,
+    _import_script,
+    built_once,
+    float64_model,
+    hf_greedy,
+    hf_logits,
+    make_tiny_models,
+    parity_tests,
+    prompt_ids,
+)
 
 import tinyinfer
 from tinyinfer.config import HF_ACTIVATIONS, HF_DEFAULTS, config_from_hf, load_hf_config
@@ -43,7 +55,6 @@ from tinyinfer.model import Model, SeqChunk
 
 make_tiny_moe_models = _import_script(ROOT / "weights_scripts" / "make_tiny_moe_models.py")
 MOE_FAMILIES = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe")
-LOGITS_ATOL = 1e-4
 
 # With head_dim 12 (6 frequencies) and theta 10000, an original context of 32 puts YaRN's ramp (beta 32 -> 1
 # rotations) across the middle frequencies, so all three of its bands are used.
@@ -154,16 +165,7 @@ def checkpoint(tmp_path_factory):
     return built_once(tmp_path_factory.mktemp("config_variants"), build)
 
 
-@pytest.mark.parametrize("name", VARIANTS)
-def test_logits_match_transformers_at_every_position(name, checkpoint):
-    folder = checkpoint(name)
-    ids = prompt_ids(20)
-    np.testing.assert_allclose(tinyinfer.load(folder).logits(ids), hf_logits(folder, ids), rtol=0, atol=LOGITS_ATOL)
-
-
-@pytest.mark.parametrize("name", VARIANTS)
-def test_cached_decode_equals_full_recompute(name, checkpoint):
-    assert_cached_decode_equals_full_recompute(checkpoint(name))
+test_logits_match_transformers_at_every_position, test_cached_decode_equals_full_recompute = parity_tests(VARIANTS, n=20)
 
 
 @pytest.mark.parametrize("name", VARIANTS)

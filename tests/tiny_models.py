@@ -11,6 +11,7 @@ is re-randomised); each variant is built once per test session into pytest's tem
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import sys
 from functools import cache
@@ -22,7 +23,9 @@ import torch
 import transformers
 
 import tinyinfer
+from tinyinfer.engine import LLM
 from tinyinfer.model import Model, SeqChunk, map_arrays
+from tinyinfer.sampling import SamplingParams
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -61,6 +64,23 @@ def tiny_checkpoint(tmp_path_factory):
     return built_once(tmp_path_factory.mktemp("tiny_models"), make_tiny_models.build_variant)
 
 
+def build_with_transformers(folder: Path, config_class: str, fields: dict, dtype: str = "float32",
+                            norm_offset: float = 0.0) -> Path:
+    """A checkpoint written by transformers itself (`transformers.<config_class>(**fields)`), every parameter
+    re-randomised (norm weights ~ U(0.5, 1.5), less `norm_offset`: Gemma's norms scale by 1 + weight, so 1.0
+    gives its gains the same spread), stored as `dtype`, with a greedy generation_config.json."""
+    config = getattr(transformers, config_class)(**fields)
+    model = transformers.AutoModelForCausalLM.from_config(config)
+    make_tiny_models.randomise_(model, seed=0)
+    with torch.no_grad():
+        for param_name, param in model.named_parameters():
+            if param_name.endswith("norm.weight"):
+                param -= norm_offset
+    model.to(getattr(torch, dtype)).save_pretrained(folder)
+    transformers.GenerationConfig(bos_token_id=1, eos_token_id=2, do_sample=False).save_pretrained(folder)
+    return folder
+
+
 def variant_dtype(name: str) -> str:
     """The stored weight dtype of a variant: "float32", "float16" or "bfloat16"."""
     return VARIANTS[name][2].get("dtype", "float32")
@@ -96,6 +116,44 @@ def hf_greedy(folder: Path, ids: list[int], max_new_tokens: int) -> list[int]:
     return out[0, len(ids):].tolist()
 
 
+LOGITS_ATOL = 1e-4  # tinyinfer's float32 logits against transformers' (see test_parity_hf.py)
+
+
+def assert_logits_match_transformers(folder, n: int = 24) -> None:
+    """tinyinfer's logits at every position of an n-token prompt: transformers' within LOGITS_ATOL. A bf16 file
+    is read exactly (bf16 widens to float32 without rounding), so it meets the float32 bound too."""
+    ids = prompt_ids(n)
+    np.testing.assert_allclose(tinyinfer.load(folder).logits(ids), hf_logits(folder, ids), rtol=0, atol=LOGITS_ATOL)
+
+
+def assert_greedy_tokens_equal_transformers_generate(folder) -> None:
+    """24 greedy tokens after a 16-token prompt: model.generate's are transformers' generate's."""
+    ids = prompt_ids(16, seed=2)
+    result = tinyinfer.load(folder).generate(ids, max_tokens=24, temperature=0.0, ignore_eos=True)
+    assert list(result.token_ids) == hf_greedy(folder, ids, 24)
+
+
+def assert_serving_engine_gives_the_greedy_tokens_of_generate(folder) -> None:
+    """Four sequences batched through the serving engine's paged cache (one-token steps attended as one batch):
+    each gets the tokens model.generate gives it alone."""
+    model = tinyinfer.load(folder)
+    prompts = [prompt_ids(n, seed=seed) for n, seed in ((20, 3), (9, 4), (14, 5), (3, 6))]
+    params = SamplingParams(max_tokens=16, temperature=0.0, ignore_eos=True)
+    results = LLM(model, block_size=4, max_num_batched_tokens=32).generate(prompts, params)
+    for prompt, result in zip(prompts, results):
+        assert result.token_ids == list(model.generate(prompt, params).token_ids)
+
+
+
+def mistake_distance(folder, change: dict, mistaken_params=None) -> float:
+    """How far a mistaken reading of the checkpoint at `folder` moves some logit from transformers' (24-token
+    prompt): its loaded Config changed by `change`, its parameters by `mistaken_params(params, config)`."""
+    model = tinyinfer.load(folder)
+    params = model.params if mistaken_params is None else mistaken_params(model.params, model.config)
+    mistaken = Model(dataclasses.replace(model.config, **change), params)
+    ids = prompt_ids(24)
+    return float(np.abs(mistaken.logits(ids) - hf_logits(folder, ids)).max())
+
 CACHE_ATOL = 1e-9  # tinyinfer's cached paths against its own full recompute, in float64 (float32 rounding alone
 # moves some logits by ~1e-5)
 
@@ -115,3 +173,37 @@ def assert_cached_decode_equals_full_recompute(folder, n: int = 20) -> None:
     chunk = wide.forward([SeqChunk(0, 6, ids[6:11])], cache, all_logits=True)  # [5, V]
     steps = [wide.forward([SeqChunk(0, pos, ids[pos:pos + 1])], cache) for pos in range(11, n)]  # (n - 11) x [1, V]
     np.testing.assert_allclose(np.concatenate([prefill, chunk, *steps]), wide.logits(ids), rtol=0, atol=CACHE_ATOL)
+
+
+# The checks every architecture's tiny checkpoints pass, as test functions for a test module that defines a
+# `checkpoint(name) -> Path` fixture; the module takes them under their own names, so pytest collects them:
+#
+#     test_logits_match_transformers_at_every_position, test_cached_decode_equals_full_recompute = \
+#         parity_tests(VARIANTS)
+#     test_greedy_tokens_equal_transformers_generate, test_serving_engine_gives_the_greedy_tokens_of_generate = \
+#         generation_tests(ONE_PER_FAMILY)
+
+def parity_tests(variants, n: int = 24) -> tuple:
+    """Logits against transformers, and cached decode against full recompute, on every variant (n-token prompts)."""
+    @pytest.mark.parametrize("name", variants)
+    def test_logits_match_transformers_at_every_position(name, checkpoint):
+        assert_logits_match_transformers(checkpoint(name), n)
+
+    @pytest.mark.parametrize("name", variants)
+    def test_cached_decode_equals_full_recompute(name, checkpoint):
+        assert_cached_decode_equals_full_recompute(checkpoint(name), n)
+
+    return test_logits_match_transformers_at_every_position, test_cached_decode_equals_full_recompute
+
+
+def generation_tests(variants) -> tuple:
+    """Greedy tokens against transformers' generate, and the serving engine against model.generate."""
+    @pytest.mark.parametrize("name", variants)
+    def test_greedy_tokens_equal_transformers_generate(name, checkpoint):
+        assert_greedy_tokens_equal_transformers_generate(checkpoint(name))
+
+    @pytest.mark.parametrize("name", variants)
+    def test_serving_engine_gives_the_greedy_tokens_of_generate(name, checkpoint):
+        assert_serving_engine_gives_the_greedy_tokens_of_generate(checkpoint(name))
+
+    return test_greedy_tokens_equal_transformers_generate, test_serving_engine_gives_the_greedy_tokens_of_generate
