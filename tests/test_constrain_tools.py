@@ -11,6 +11,7 @@ import pytest
 
 from tests.conftest import shared_data
 from tinyinfer.constrain import build_constraint, parse_tool_calls, tool_call_grammar, tool_call_schema
+from tinyinfer.constrain.tools import ToolCallStream
 from tinyinfer.errors import TinyInferError
 
 # A small byte-level vocabulary: every byte, a few multi-byte tokens, two specials.
@@ -86,10 +87,25 @@ def test_parallel_calls_are_one_call_or_an_array_of_calls_and_parse_back():
         assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls] == \
             [(w["name"], w["arguments"]) for w in want]
         counts.append(len(calls) if isinstance(value, list) else 0)
+        assert streamed_calls(text.decode()) == [(w["name"], w["arguments"]) for w in want]
     assert 0 in counts and max(counts) >= 2, counts  # single calls, and arrays of several, both came out
     opens = [build_constraint("grammar", str(tool_call_grammar(TOOLS, parallel=p)), ByteTokenizer()).allowed_mask()
              for p in (False, True)]
     assert not opens[0][ord("[")] and opens[1][ord("[")]  # without parallel, a reply never opens an array
+
+
+def streamed_calls(text: str) -> list[tuple[str, dict]]:
+    """The calls ToolCallStream reads from `text` shown one more character at a time: each call's name
+    announced once, its arguments joined from the pieces."""
+    stream, names, arguments = ToolCallStream(), [], []
+    for end in range(len(text) + 1):
+        for index, name, piece in stream.push(text[:end]):
+            if name is not None:
+                assert index == len(names)  # a new call comes with its name, once, in order
+                names.append(name)
+                arguments.append("")
+            arguments[index] += piece
+    return [(name, json.loads(args)) for name, args in zip(names, arguments)]
 
 
 def test_tool_call_parsing_of_text_and_bad_calls():

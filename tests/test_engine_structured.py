@@ -230,10 +230,22 @@ def test_forced_tool_calls_come_back_as_tool_calls(server, model, choice, offere
                          max_tokens=MAX_TOKENS, temperature=0.9, seed=1)
     assert json.loads(text) == generated
     events = stream_events(server, "/v1/chat/completions", request)
-    final = events[-2]["choices"][0]
-    assert final["finish_reason"] == "tool_calls"
-    [streamed] = final["delta"]["tool_calls"]
-    assert streamed["index"] == 0 and streamed["function"] == call["function"]
+    assert events[-2]["choices"][0]["finish_reason"] == "tool_calls"
+    [streamed] = joined_tool_calls(events[:-1])
+    assert streamed["function"] == call["function"] and streamed["id"].startswith("call_")
+    assert sum("tool_calls" in e["choices"][0]["delta"] for e in events[:-1]) > 3  # the arguments came in pieces
+
+
+def joined_tool_calls(events: list[dict]) -> list[dict]:
+    """The calls a streamed chat reply made, its `tool_calls` deltas joined as a client joins them: the first
+    piece of a call brings its index, id and name, later pieces more of its arguments."""
+    calls: dict[int, dict] = {}
+    for event in events:
+        for piece in event["choices"][0]["delta"].get("tool_calls", []):
+            call = calls.setdefault(piece["index"], {"id": piece.get("id"), "type": piece.get("type"),
+                                                     "function": {"name": piece["function"].get("name"), "arguments": ""}})
+            call["function"]["arguments"] += piece["function"]["arguments"]
+    return [calls[i] for i in sorted(calls)]
 
 
 def tool_call_maker(model, tools: list[dict], parallel: bool):
@@ -268,6 +280,8 @@ def test_tool_choice_auto_may_answer_in_text_and_none_is_free_text(server, model
     free = model.generate(chat_ids(model), max_tokens=20, temperature=0).text
     assert none["choices"][0]["message"] == {"role": "assistant", "content": free}
     assert auto["choices"][0]["message"]["content"] == free  # greedy text does not start with "{": allowed as is
+    pieces = [e["choices"][0]["delta"].get("content", "") for e in stream_events(server, "/v1/chat/completions", base)[:-1]]
+    assert "".join(pieces) == free and sum(map(bool, pieces)) > 3  # streamed as it comes once it is plainly text
     brace = model.tokenizer.encode("{", add_special_tokens=False)
     _, called = post(server, "/v1/chat/completions", {**base, "max_tokens": MAX_TOKENS, "logit_bias": {brace[0]: 100}})
     [answer] = called["choices"]  # pushed to open with "{", the reply can only go on as a call

@@ -80,6 +80,18 @@ def test_a_named_tool_call_is_parsed_by_the_client(client):
     assert reply.choices[0].finish_reason == "tool_calls"
 
 
+def test_a_streamed_tool_call_joins_to_the_whole_one(client):
+    """Streamed, the call arrives as OpenAI streams one: its id and name first, then its arguments in pieces."""
+    ask = dict(model="shakespeare", messages=[{"role": "user", "content": "The weather?"}], tools=[WEATHER_TOOL],
+               tool_choice="required", max_tokens=120, temperature=0.7, seed=2)
+    whole, = client.chat.completions.create(**ask).choices[0].message.tool_calls
+    pieces = [call for chunk in client.chat.completions.create(**ask, stream=True) if chunk.choices
+              for call in chunk.choices[0].delta.tool_calls or []]
+    first = pieces[0]
+    assert first.index == 0 and first.id.startswith("call_") and first.function.name == whole.function.name
+    assert "".join(p.function.arguments for p in pieces) == whole.function.arguments and len(pieces) > 3
+
+
 def test_a_json_schema_reply_validates(client):
     reply = client.chat.completions.create(
         model="shakespeare", messages=[{"role": "user", "content": "Your verdict"}], max_tokens=120,

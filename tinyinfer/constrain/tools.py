@@ -98,3 +98,93 @@ def parse_tool_calls(text: str, tools: list[dict]) -> tuple[str, list[dict]]:
     return "", [{"id": f"call_{i}", "type": "function",
                  "function": {"name": call["name"], "arguments": json.dumps(call["arguments"], ensure_ascii=False)}}
                 for i, call in enumerate(calls)]
+
+
+class ToolCallStream:
+    """Reads a reply generated under the call grammar while it grows, so that calls can be streamed as OpenAI
+    streams them: each call's name once it is complete, then its arguments piece by piece.
+
+    The grammar writes calls compactly and in one order, `{"name":"<tool>","arguments":<object>}`, alone or in
+    a JSON array: a name ends at its closing quote, arguments at the brace that closes their object (counted
+    outside strings), and nothing else needs parsing. A reply that opens with neither `{` nor `[` is text.
+
+    >>> stream = ToolCallStream()
+    >>> stream.push('{"name":"get_wea'), stream.push('{"name":"get_weather","arguments":{"ci')
+    ([], [(0, 'get_weather', '{"ci')])
+    >>> stream.push('{"name":"get_weather","arguments":{"city":"Par}is"}}')
+    [(0, None, 'ty":"Par}is"}')]
+    """
+
+    def __init__(self):
+        self.sent: list[int] = []  # per call: characters of its arguments already returned
+
+    @staticmethod
+    def is_text(text: str) -> bool:
+        """Whether the reply is text, not calls: its first character tells."""
+        return text[:1] not in ("", "{", "[")
+
+    def push(self, text: str) -> list[tuple[int, str | None, str]]:
+        """The reply so far -> what it added: (call index, the call's name when the call is new else None,
+        arguments text added)."""
+        new = []
+        for index, (name, arguments) in enumerate(calls_so_far(text)):
+            if index == len(self.sent):  # its name has just completed
+                self.sent.append(0)
+                new.append((index, name, arguments))
+            elif len(arguments) > self.sent[index]:
+                new.append((index, None, arguments[self.sent[index]:]))
+            self.sent[index] = len(arguments)
+        return new
+
+
+CALL_OPENING, ARGUMENTS_KEY = '{"name":', ',"arguments":'
+
+
+def calls_so_far(text: str) -> list[tuple[str, str]]:
+    """(name, arguments text so far) of each call of a compact reply whose name is complete.
+
+    >>> calls_so_far('[{"name":"a","arguments":{"x":"}"}},{"name":"b","arguments":{"y')
+    [('a', '{"x":"}"}'), ('b', '{"y')]
+    """
+    calls, at = [], 1 if text.startswith("[") else 0
+    while text.startswith(CALL_OPENING, at):
+        name_end = _string_end(text, at + len(CALL_OPENING))
+        if name_end is None or not text.startswith(ARGUMENTS_KEY, name_end):
+            break
+        name, start = json.loads(text[at + len(CALL_OPENING):name_end]), name_end + len(ARGUMENTS_KEY)
+        end = _object_end(text, start)
+        calls.append((name, text[start:end]))
+        if end is None or not text.startswith("},", end):  # arguments still growing, or the last call
+            break
+        at = end + 2
+    return calls
+
+
+def _string_end(text: str, at: int) -> int | None:
+    """Just past the JSON string that opens at text[at], or None while it is not closed."""
+    escaped = False
+    for i in range(at + 1, len(text)):
+        if escaped:
+            escaped = False
+        elif text[i] == "\\":
+            escaped = True
+        elif text[i] == '"':
+            return i + 1
+    return None
+
+
+def _object_end(text: str, at: int) -> int | None:
+    """Just past the JSON object (or array) that opens at text[at], or None while it is not closed."""
+    depth, i = 0, at
+    while i < len(text):
+        if text[i] == '"':
+            end = _string_end(text, i)
+            if end is None:
+                return None
+            i = end
+            continue
+        depth += {"{": 1, "[": 1, "}": -1, "]": -1}.get(text[i], 0)
+        i += 1
+        if depth == 0:
+            return i
+    return None

@@ -47,7 +47,7 @@ from tinyinfer.constrain import (
     parse_tool_calls,
     tool_call_grammar,
 )
-from tinyinfer.constrain.tools import tool_functions
+from tinyinfer.constrain.tools import ToolCallStream, calls_so_far, tool_functions
 from tinyinfer.errors import TinyInferError
 from tinyinfer.generation import check_fits, constraint_vocabulary, encode_prompt, resolve_params
 from tinyinfer.sampling import SamplingParams
@@ -330,7 +330,8 @@ def message_text(content) -> str | None:
 class Reply:
     """The OpenAI response bodies of one submission, whole or as stream chunks, built from its outputs.
     With `tools` (those the reply may call) a finished reply that is a call becomes the message's tool_calls;
-    streamed, such a reply is held back until it has finished, then sent as one delta."""
+    streamed, each call is sent as OpenAI streams one (`ToolCallStream`): its id and name once the name is
+    complete, then its arguments as they grow. A reply whose first character shows it is text streams as text."""
 
     def __init__(self, chat: bool, model_name: str, submission: Submission, tokenizer, tools: list | None = None):
         self.chat, self.prompts, self.tokenizer = chat, [ids for _, ids, _, _ in submission.requests], tokenizer
@@ -354,12 +355,21 @@ class Reply:
             yield {**head, "choices": [{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
                                         "finish_reason": None}], **usage}
         sent = dict.fromkeys(self.index, (0, 0))  # per choice: characters of text, and logprobs, sent so far
+        calls = {key: ToolCallStream() for key in self.index} if self.tools is not None else {}
         final = []
         for out in outputs:
             key = (out.request_id, out.index)
             chars, tokens = sent[key]
-            if (out.text[chars:] and self.tools is None) or out.finished:  # logprobs ride along with text
-                logprobs = self._logprobs(None if out.logprobs is None else out.logprobs[tokens:], offset=chars)
+            logprobs = self._logprobs(None if out.logprobs is None else out.logprobs[tokens:], offset=chars)
+            if key in calls and not ToolCallStream.is_text(out.text):  # calls (or not known yet): name, then arguments
+                pieces = [self._call_piece(*piece) for piece in calls[key].push(out.text)]
+                if pieces or out.finished:
+                    reason = self._message(out.text, out.finish_reason)[1] if out.finished else None
+                    delta = {"tool_calls": pieces} if pieces else {}
+                    yield {**head, "choices": [{"index": self.index[key], "delta": delta, "logprobs": logprobs,
+                                                "finish_reason": reason}], **usage}
+                    sent[key] = (len(out.text), len(out.logprobs or ()))
+            elif out.text[chars:] or out.finished:  # logprobs ride along with text
                 choice = self._choice(self.index[key], out.text[chars:], out.finish_reason, logprobs, delta=True)
                 yield {**head, "choices": [choice], **usage}
                 sent[key] = (len(out.text), len(out.logprobs or ()))
@@ -372,25 +382,32 @@ class Reply:
         if not self.chat:
             return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": FINISH_REASONS.get(reason, reason)}
         message, reason = self._message(text, reason)
-        if delta:
-            calls = [{"index": i, **call} for i, call in enumerate(message.get("tool_calls", []))]
-            content = {"delta": {"tool_calls": calls} if calls else {"content": text} if text else {}}
-        else:
-            content = {"message": {"role": "assistant", **message}}
+        content = {"delta": {"content": text} if text else {}} if delta else {"message": {"role": "assistant", **message}}
         return {"index": index, **content, "logprobs": logprobs, "finish_reason": reason}
 
     def _message(self, text: str, reason: str | None) -> tuple[dict, str | None]:
-        """A chat reply's message fields and OpenAI finish reason: a finished call of one of the tools becomes
-        `tool_calls` (arguments as a JSON string) with finish_reason "tool_calls"; anything else is content."""
+        """A chat reply's message fields and OpenAI finish reason: finished calls of the tools become
+        `tool_calls` (arguments as the JSON text the model wrote) with finish_reason "tool_calls"; anything else
+        is content."""
         if self.tools is not None and reason in ("eos", "stop"):
             try:
-                _, calls = parse_tool_calls(text, self.tools)
-            except TinyInferError:  # with tool_choice "auto": text that only starts like a call
-                calls = []
-            if calls:
-                return {"content": None, "tool_calls": [{**call, "id": f"call_{uuid.uuid4().hex[:24]}"}
-                                                        for call in calls]}, "tool_calls"
+                parse_tool_calls(text, self.tools)  # every call names a tool and gives an object of arguments
+            except TinyInferError:  # cut short, or with tool_choice "auto" text that only starts like a call
+                pass
+            else:
+                if calls := calls_so_far(text):
+                    return {"content": None, "tool_calls": [{k: v for k, v in self._call_piece(i, *call).items()
+                                                             if k != "index"} for i, call in enumerate(calls)]}, \
+                        "tool_calls"
         return {"content": text}, FINISH_REASONS.get(reason, reason)
+
+    @staticmethod
+    def _call_piece(index: int, name: str | None, arguments: str) -> dict:
+        """One entry of a streamed `tool_calls` delta: a new call (its id and name) or more of its arguments."""
+        if name is None:
+            return {"index": index, "function": {"arguments": arguments}}
+        return {"index": index, "id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
+                "function": {"name": name, "arguments": arguments}}
 
     def _logprobs(self, choices, offset: int = 0) -> dict | None:
         """OpenAI's logprobs of some tokens (TokenChoices, or None when not asked): chat's `content` list, or the
