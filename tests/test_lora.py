@@ -17,7 +17,7 @@ from tinyinfer.model import SeqChunk
 from tinyinfer.quantize import quantize_model
 from tinyinfer.sampling import SamplingParams
 
-from tiny_models import hf_model, prompt_ids, tiny_checkpoint  # noqa: F401 - tiny_checkpoint is a fixture
+from tiny_models import build_with_transformers, hf_model, make_tiny_models, prompt_ids, tiny_checkpoint  # noqa: F401 - a fixture
 
 peft = pytest.importorskip("peft")
 
@@ -167,6 +167,32 @@ def test_gpt2_conv1d_adapter_matches_peft(tiny_checkpoint, tmp_path):
     ids = prompt_ids(16)
     assert_close_logits(model.forward([SeqChunk(0, 0, ids, "g")], model.new_cache(), all_logits=True),
                         peft_logits(reference, ids))
+
+
+# family -> (transformers config class, its fields, PEFT target modules under the family's own names)
+FAMILY_ADAPTERS = {
+    "phi": ("PhiConfig", {"partial_rotary_factor": 0.5}, ["q_proj", "k_proj", "v_proj", "dense", "fc1", "fc2"]),
+    "phi3": ("Phi3Config", {"num_key_value_heads": 2}, ["qkv_proj", "o_proj", "gate_up_proj", "down_proj"]),
+    "gpt_neox": ("GPTNeoXConfig", {"rotary_pct": 0.5}, ["query_key_value", "dense", "dense_h_to_4h", "dense_4h_to_h"]),
+}
+
+
+@pytest.mark.parametrize("family", FAMILY_ADAPTERS)
+def test_adapters_under_each_familys_module_names_match_peft(family, tmp_path):
+    """Phi's dense/fc1/fc2, Phi-3's fused qkv_proj and gate_up_proj (split into q|k|v columns and tinyinfer's
+    separate gate and up), GPT-NeoX's query_key_value (its heads reordered at load, lora_B's rows with them)."""
+    config_class, fields, targets = FAMILY_ADAPTERS[family]
+    folder = build_with_transformers(tmp_path / family, config_class, dict(
+        vocab_size=make_tiny_models.VOCAB_SIZE, hidden_size=48, intermediate_size=96, num_hidden_layers=2,
+        num_attention_heads=4, max_position_embeddings=128, bos_token_id=1, eos_token_id=2, pad_token_id=0, **fields))
+    reference = make_adapter(folder, tmp_path / "adapter", seed=5, targets=targets)
+    model = tinyinfer.load(folder)
+    load_adapter(model, "x", tmp_path / "adapter")
+    ids = prompt_ids(16)
+    ours = model.forward([SeqChunk(0, 0, ids, "x")], model.new_cache(), all_logits=True)
+    assert_close_logits(ours, peft_logits(reference, ids))
+    base = model.forward([SeqChunk(0, 0, ids)], model.new_cache(), all_logits=True)
+    assert np.abs(ours - base).max() > 0.5  # the adapter bites, so the match above is not the base's
 
 
 def test_bad_adapters_are_clear_errors(llama, tiny_checkpoint, tmp_path):

@@ -27,8 +27,9 @@ which rows use which adapter: `Model.forward` hands it the chunks, each naming i
 Files: the PEFT layout Hugging Face uses, a folder with adapter_config.json (r, lora_alpha, use_rslora,
 rank_pattern, alpha_pattern, ...) and adapter_model.safetensors, whose tensors are named
 `base_model.model.<module>.lora_A.weight` [r, in] and `...lora_B.weight` [out, r]. Supported modules: the
-attention and MLP projections of the dense architectures (q/k/v/o, gate/up/down; GPT-2's c_attn, c_proj,
-c_fc). Options that change the math otherwise (DoRA, trained biases, extra trained modules) are refused.
+attention and MLP projections of the dense architectures, under each family's names (q/k/v/o_proj and
+gate/up/down_proj; Phi-3's fused qkv_proj and gate_up_proj; Phi's dense, fc1, fc2; GPT-NeoX's query_key_value,
+dense, dense_h_to_4h, dense_4h_to_h; GPT-2's c_attn, c_proj, c_fc). Options that change the math otherwise (DoRA, trained biases, extra trained modules) are refused.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from tinyinfer.backend import to_device
 from tinyinfer.errors import TinyInferError
 from tinyinfer.resolve import BUILTIN_DIR
 from tinyinfer.safetensors_io import Checkpoint
+from tinyinfer.weights import _neox_qkv
 
 
 @dataclass
@@ -161,7 +163,8 @@ def load_adapter(model, name: str, folder) -> None:
         raise TinyInferError(f"an adapter named {name!r} is already loaded on this model: choose another name")
     config = _adapter_config(folder)
     tensors = _adapter_tensors(folder)
-    updates = [_update(model, module, config, tensors, pair) for module, pair in _pairs(tensors.names()).items()]
+    updates = [update for module, pair in _pairs(tensors.names()).items()
+               for update in _updates(model, module, config, tensors, pair)]
     model.adapters = model.adapters or AdapterSet()  # every file read and checked: now change the model
     for place, update in updates:
         _lora_weight(model, place).updates.setdefault(name, []).append(update)
@@ -232,31 +235,63 @@ def _pairs(names: list[str]) -> dict[str, dict[str, str]]:
     return pairs
 
 
-# module name (after the PEFT prefix) -> (layer index, path to the weight in the layer, which of q/k/v or None)
+ALL = slice(None)
+
+
+def _qkv_rows_of_neox(cfg) -> np.ndarray:
+    """Where each of tinyinfer's stacked q|k|v rows sits in GPT-NeoX's head-by-head query_key_value: the
+    loader's reordering of the weight (tinyinfer/weights.py), applied to row numbers, reorders lora_B's rows."""
+    return _neox_qkv(np.arange(3 * cfg.d_model), cfg)
+
+
+# module name (after the PEFT prefix) -> where its update lands, as a list of (layer index, path to the weight in
+# the layer, which output columns of that weight, which rows of lora_B): q, k and v share one stacked matrix;
+# Phi-3's fused gate_up_proj splits into tinyinfer's gate and up; GPT-NeoX's heads are reordered at load
 MODULE_PATTERNS = [
-    (r"(?:model\.)?layers\.(\d+)\.self_attn\.([qkv])_proj", lambda i, p: (i, ("qkv",), p)),
-    (r"(?:model\.)?layers\.(\d+)\.self_attn\.o_proj", lambda i: (i, ("o",), None)),
-    (r"(?:model\.)?layers\.(\d+)\.mlp\.(gate|up|down)_proj", lambda i, p: (i, ("mlp", p), None)),
-    (r"(?:transformer\.)?h\.(\d+)\.attn\.c_attn", lambda i: (i, ("qkv",), None)),
-    (r"(?:transformer\.)?h\.(\d+)\.attn\.c_proj", lambda i: (i, ("o",), None)),
-    (r"(?:transformer\.)?h\.(\d+)\.mlp\.c_fc", lambda i: (i, ("mlp", "up"), None)),
-    (r"(?:transformer\.)?h\.(\d+)\.mlp\.c_proj", lambda i: (i, ("mlp", "down"), None)),
+    (r"(?:model\.)?layers\.(\d+)\.self_attn\.([qkv])_proj", lambda cfg, i, part: [(i, ("qkv",), _qkv_columns(cfg, part), ALL)]),
+    (r"(?:model\.)?layers\.(\d+)\.self_attn\.qkv_proj", lambda cfg, i: [(i, ("qkv",), ALL, ALL)]),  # Phi-3
+    (r"(?:model\.)?layers\.(\d+)\.self_attn\.(?:o_proj|dense)", lambda cfg, i: [(i, ("o",), ALL, ALL)]),  # Phi: dense
+    (r"(?:model\.)?layers\.(\d+)\.mlp\.(gate|up|down)_proj", lambda cfg, i, name: [(i, ("mlp", name), ALL, ALL)]),
+    (r"(?:model\.)?layers\.(\d+)\.mlp\.gate_up_proj", lambda cfg, i: [  # Phi-3: [gate; up] rows in one matrix
+        (i, ("mlp", "gate"), ALL, slice(0, cfg.d_ff)), (i, ("mlp", "up"), ALL, slice(cfg.d_ff, 2 * cfg.d_ff))]),
+    (r"(?:model\.)?layers\.(\d+)\.mlp\.fc([12])", lambda cfg, i, n: [(i, ("mlp", "up" if n == "1" else "down"), ALL, ALL)]),
+    (r"(?:gpt_neox\.)?layers\.(\d+)\.attention\.query_key_value", lambda cfg, i: [(i, ("qkv",), ALL, _qkv_rows_of_neox(cfg))]),
+    (r"(?:gpt_neox\.)?layers\.(\d+)\.attention\.dense", lambda cfg, i: [(i, ("o",), ALL, ALL)]),
+    (r"(?:gpt_neox\.)?layers\.(\d+)\.mlp\.dense_(h_to_4h|4h_to_h)",
+     lambda cfg, i, way: [(i, ("mlp", "up" if way == "h_to_4h" else "down"), ALL, ALL)]),
+    (r"(?:transformer\.)?h\.(\d+)\.attn\.c_attn", lambda cfg, i: [(i, ("qkv",), ALL, ALL)]),  # GPT-2
+    (r"(?:transformer\.)?h\.(\d+)\.attn\.c_proj", lambda cfg, i: [(i, ("o",), ALL, ALL)]),
+    (r"(?:transformer\.)?h\.(\d+)\.mlp\.c_fc", lambda cfg, i: [(i, ("mlp", "up"), ALL, ALL)]),
+    (r"(?:transformer\.)?h\.(\d+)\.mlp\.c_proj", lambda cfg, i: [(i, ("mlp", "down"), ALL, ALL)]),
 ]
 
 
-def _target(model, module: str) -> tuple[int, tuple[str, ...], slice]:
-    """Where a PEFT module lives in tinyinfer's parameters: (layer, keys in the layer, output columns)."""
+def _targets(model, module: str) -> list[tuple[int, tuple[str, ...], slice, object]]:
+    """Where a PEFT module's update lands in tinyinfer's parameters (see MODULE_PATTERNS)."""
+    cfg = model.config
     for pattern, place in MODULE_PATTERNS:
         match = re.fullmatch(pattern, module)
         if match is None:
             continue
-        layer, keys, qkv_part = place(int(match[1]), *match.groups()[1:])
-        if layer >= model.config.n_layers or model.config.is_moe_layer(layer) and keys[0] == "mlp":
+        targets = place(cfg, int(match[1]), *match.groups()[1:])
+        layer, keys = targets[0][:2]
+        if layer >= cfg.n_layers or cfg.is_moe_layer(layer) and keys[0] == "mlp" or not _has(model, layer, keys):
             break
-        return layer, keys, _qkv_columns(model.config, qkv_part)
+        return targets
     raise TinyInferError(f"the adapter targets {module!r}, which tinyinfer cannot adapt: supported are the "
-                         "attention and MLP projections of dense layers (q/k/v/o_proj, gate/up/down_proj; "
-                         "GPT-2's c_attn, c_proj, c_fc)")
+                         "attention and MLP projections of dense layers (q/k/v/o_proj, gate/up/down_proj; Phi-3's "
+                         "qkv_proj and gate_up_proj; Phi's dense, fc1, fc2; GPT-NeoX's query_key_value, dense, "
+                         "dense_h_to_4h, dense_4h_to_h; GPT-2's c_attn, c_proj, c_fc)")
+
+
+def _has(model, layer: int, keys: tuple[str, ...]) -> bool:
+    """Whether this model's layer has a weight at `keys` (an adapter made for another architecture may not)."""
+    node = model.params["layers"][layer]
+    for key in keys:
+        if not isinstance(node, dict) or key not in node:
+            return False
+        node = node[key]
+    return True
 
 
 def _qkv_columns(cfg, part: str | None) -> slice:
@@ -266,22 +301,23 @@ def _qkv_columns(cfg, part: str | None) -> slice:
     return slice(*starts[part]) if part else slice(None)
 
 
-def _update(model, module: str, config: dict, tensors: Checkpoint, pair: dict) -> tuple[tuple, LoraUpdate]:
-    """The LoraUpdate of one module, its A and B checked against the base weight's shape."""
-    layer, keys, columns = _target(model, module)
-    base = _layer_weight(model, layer, keys)
-    d_in, width = base.shape[0], len(range(*columns.indices(base.shape[1])))
+def _updates(model, module: str, config: dict, tensors: Checkpoint, pair: dict) -> list[tuple[tuple, LoraUpdate]]:
+    """The LoraUpdates of one module (two for a fused gate_up_proj), A and B checked against the base weights."""
+    targets = _targets(model, module)
     a_shape, b_shape = tensors.shape(pair["A"]), tensors.shape(pair["B"])
     r = a_shape[0]
-    for tensor, found, expected in ((pair["A"], a_shape, (r, d_in)), (pair["B"], b_shape, (width, r))):
+    widths = [len(range(*columns.indices(_layer_weight(model, layer, keys).shape[1])))
+              for layer, keys, columns, _ in targets]
+    d_in = _layer_weight(model, *targets[0][:2]).shape[0]
+    for tensor, found, expected in ((pair["A"], a_shape, (r, d_in)), (pair["B"], b_shape, (sum(widths), r))):
         if tuple(found) != expected:
             raise TinyInferError(f"adapter tensor {tensor!r} has shape {list(found)}, expected {list(expected)} "
                                  "for this base model: the adapter was trained on another model")
-    a = tensors.get(pair["A"], model.dtype).T  # [r, in] -> [in, r]
-    b = tensors.get(pair["B"], model.dtype).T  # [out, r] -> [r, out]
-    update = LoraUpdate(columns, to_device(np.ascontiguousarray(a), model.device),
-                        to_device(np.ascontiguousarray(b), model.device), _scale(config, module, r))
-    return (layer, keys), update
+    a = to_device(np.ascontiguousarray(tensors.get(pair["A"], model.dtype).T), model.device)  # [r, in] -> [in, r]
+    b = tensors.get(pair["B"], model.dtype)  # [out, r]
+    scale = _scale(config, module, r)
+    return [((layer, keys), LoraUpdate(columns, a, to_device(np.ascontiguousarray(b[rows].T), model.device), scale))
+            for layer, keys, columns, rows in targets]  # b[rows]: [width, r] -> [r, width]
 
 
 def _scale(config: dict, module: str, r: int) -> float:
