@@ -260,7 +260,7 @@ def test_bench_serve_runs_all_modes_and_finds_the_same_tokens(capsys):
                               "--prefix-len", "40", "--prefix-requests", "3", "--block-size", "8"])
     assert serve.run(args) == 0
     out = capsys.readouterr().out
-    for line in ("sequential", "static batching", "continuous batching", "held / live tokens need",
+    for line in ("sequential", "static batching", "continuous batching", "held / live tokens need", "steady state (4",
                  "shared prefix of 40 tokens"):
         assert line in out
     assert "same tokens in all three modes: yes" in out or "a float-rounding tie" in out

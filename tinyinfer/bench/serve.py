@@ -128,9 +128,26 @@ def serve_and_report(args, blas: str) -> int:
         print("cost per 1M output tokens at $" + f"{args.price_per_hour:g}/hour: " + ", ".join(
             f"{run.name} ${cost_per_million_tokens(args.price_per_hour, run.throughput):,.2f}"
             for run in (sequential, static, continuous)))
+    print_steady_state(model, workload, args.concurrency)
     print_memory(continuous_llm, model)
     print_prefix_caching(model, rng, args, engine)
     return 0 if same else 1
+
+
+def print_steady_state(model, workload: list[Request], concurrency: int) -> None:
+    """What a full batch gains at most in the steady state (`tinyinfer bench step`, at the workload's mean
+    context while decoding): the ceiling the whole run's ratio, which also pays prefills and a tail, stays under."""
+    from tinyinfer.bench import step  # noqa: PLC0415 - step builds its prompts with this module's random_prompt
+
+    context, rows = round(np.mean([len(r.prompt_ids) + r.params.max_tokens / 2 for r in workload])), max(concurrency, 2)
+    try:
+        parts, alone = step.measure(model, rows, context, repeats=10)
+    except TinyInferError as e:
+        print(f"steady state: not measured ({e})")
+        return
+    at_most, unshared_only = step.bounds(parts, rows, alone)
+    print(f"steady state ({rows} sequences of {context}+ tokens all decoding, `bench step`): at most {at_most:.1f}x "
+          f"sequential; with no cost but the work no batch shares, {unshared_only:.1f}x")
 
 
 def cost_per_million_tokens(price_per_hour: float, tokens_per_s: float) -> float:

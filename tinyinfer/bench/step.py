@@ -63,25 +63,39 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     with threadpool_limits(limits=args.blas_threads, user_api="blas"):
         model = tinyinfer.load(args.model, device=args.device)
-        if model.config.n_experts:
-            raise TinyInferError("bench step times the products of a dense model; for a Mixture-of-Experts model "
-                                 "see `tinyinfer bench moe`")
-        room = model.config.max_seq_len - args.context  # tokens each sequence may still gain
-        if room < 2 * args.repeats + 32:  # some decode while others prefill; then `repeats` steps are timed
-            raise TinyInferError(f"--context {args.context} leaves {room} of the model's {model.config.max_seq_len} "
-                                 f"positions to generate in; lower --context (or --repeats)")
-        params = SamplingParams(temperature=args.temperature, max_tokens=room, ignore_eos=True)
-        prompts = [random_prompt(model, np.random.default_rng([args.seed, i]), args.context)
-                   for i in range(args.concurrency)]
-        llm = filled_engine(model, prompts, params)
-        parts = time_parts(model, llm, args.repeats)
-        alone = min(model.generate(prompts[0], dataclasses.replace(params, max_tokens=32)).timings.tpot_s
-                    for _ in range(3))
+        parts, alone = measure(model, args.concurrency, args.context, args.repeats, args.temperature, args.seed)
     print(f"model: {args.model or 'built-in'} ({model.n_params / 1e6:.2f}M parameters), device {args.device}; "
           f"{args.concurrency} sequences of {args.context}+ tokens, all decoding; BLAS threads {args.blas_threads}; "
           f"fastest of {args.repeats} runs of each part")
     print_parts(parts, args.concurrency, alone)
     return 0
+
+
+def measure(model, concurrency: int, context: int, repeats: int, temperature: float = 0.8,
+            seed: int = 0) -> tuple[dict[str, float], float]:
+    """(seconds of one steady step of `concurrency` sequences of `context`+ tokens and of each of its parts,
+    seconds per token of `model.generate` on one of them alone)."""
+    if model.config.n_experts:
+        raise TinyInferError("bench step times the products of a dense model; for a Mixture-of-Experts model "
+                             "see `tinyinfer bench moe`")
+    room = model.config.max_seq_len - context  # tokens each sequence may still gain
+    if room < 2 * repeats + 32:  # some decode while others prefill; then `repeats` steps are timed
+        raise TinyInferError(f"--context {context} leaves {room} of the model's {model.config.max_seq_len} "
+                             f"positions to generate in; lower --context (or --repeats)")
+    params = SamplingParams(temperature=temperature, max_tokens=room, ignore_eos=True)
+    prompts = [random_prompt(model, np.random.default_rng([seed, i]), context) for i in range(concurrency)]
+    parts = time_parts(model, filled_engine(model, prompts, params), repeats)
+    alone = min(model.generate(prompts[0], dataclasses.replace(params, max_tokens=32)).timings.tpot_s for _ in range(3))
+    return parts, alone
+
+
+UNSHARED = ("weight products", "attention", "sampling", "detokenizing")  # the parts each sequence pays in full
+
+
+def bounds(parts: dict[str, float], rows: int, alone_tpot: float) -> tuple[float, float]:
+    """(how many times sequential generation a steady step of `rows` sequences is, how many times it could be
+    with nothing but the work no batch shares): a token alone against a token's share of each."""
+    return alone_tpot * rows / parts["engine step"], alone_tpot * rows / sum(parts[name] for name in UNSHARED)
 
 
 def filled_engine(model, prompts: list[list[int]], params: SamplingParams) -> LLM:
@@ -185,10 +199,10 @@ def print_parts(parts: dict[str, float], rows: int, alone_tpot: float) -> None:
     print()
     for label, value, note in lines:
         print(f"{label:<52}{value:>7.2f} ms{note}")
-    per_token = ms["engine step"] / rows
-    unshared = sum(ms[name] for name in ("weight products", "attention", "sampling", "detokenizing")) / rows
-    alone = 1000 * alone_tpot
-    print(f"\nper token: {per_token:.3f} ms in the batch, {alone:.3f} ms generating alone (model.generate's TPOT): "
-          f"in the steady state, continuous batching is at most {alone / per_token:.1f}x sequential generation")
-    print(f"work no batch shares, per token: products, attention, sampling and detokenizing {unshared:.3f} ms: "
-          f"with no other cost at all, batching could reach {alone / unshared:.1f}x")
+    at_most, unshared_only = bounds(parts, rows, alone_tpot)
+    print(f"\nper token: {ms['engine step'] / rows:.3f} ms in the batch, {1000 * alone_tpot:.3f} ms generating alone "
+          f"(model.generate's TPOT): in the steady state, continuous batching is at most {at_most:.1f}x sequential "
+          "generation")
+    print(f"work no batch shares, per token: products, attention, sampling and detokenizing "
+          f"{sum(ms[name] for name in UNSHARED) / rows:.3f} ms: with no other cost at all, batching could reach "
+          f"{unshared_only:.1f}x")
