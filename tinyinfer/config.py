@@ -37,7 +37,7 @@ class Config:
     head_dim: int
     d_ff: int  # hidden width of the MLP
     max_seq_len: int
-    norm: str = "rmsnorm"  # "rmsnorm" | "rmsnorm_plus_one" (Gemma: scales by 1 + weight) | "layernorm"
+    norm: str = "rmsnorm"  # a kind in tinyinfer/norms.py NORM_PARAMS: "rmsnorm", "layernorm", "rmsnorm_plus_one"...
     norm_eps: float = 1e-5
     activation: str = "silu"  # a name in tinyinfer/mlp.py ACTIVATIONS: "silu", "gelu_tanh", "gelu", "relu", ...
     mlp: str = "swiglu"  # "swiglu" (gate, up, down) | "gelu_mlp" (up, down: GPT-2)
@@ -52,6 +52,8 @@ class Config:
     mlp_bias: bool = False
     qk_norm: bool = False  # Qwen3: RMSNorm over each head of q and k before RoPE
     qk_norm_span: str = "head"  # "head" (Qwen3: each head alone) | "full" (OLMoE: the whole projection at once)
+    # | "each_head" (StableLM, Cohere: each head alone, with a weight of its own)
+    qk_norm_kind: str | None = None  # the q/k norms' kind, when not `norm` (StableLM: LayerNorms without bias)
     sliding_window: int | None = None
     attn_scale_weights: bool = True  # GPT-2's scale_attn_weights: divide scores by sqrt(head_dim)
     attn_scale_inverse_layer: bool = False  # GPT-2's scale_attn_by_inverse_layer_idx: also by (layer + 1)
@@ -240,6 +242,7 @@ BIAS_FIELDS = {
     "granite": ("attention_bias", "attention_bias", "mlp_bias"),
     "smollm3": ("attention_bias", "attention_bias", "mlp_bias"),
     "olmo2": ("attention_bias", "attention_bias", False),
+    "stablelm": ("use_qkv_bias", False, False),
     "phi": (True, True, True),
 }
 
@@ -254,7 +257,8 @@ def _sliding(c: dict) -> tuple[int | None, list[str]]:
         qwen3_moe          with `use_sliding_window`: every layer
         llama, olmoe,      never (a `sliding_window` field is ignored)
         gemma, granite,
-        olmo2, phi
+        olmo2, phi,
+        stablelm
         gemma2, gemma3     the layers `layer_types` names; by default all but every `pattern`-th: the even
                            ones (Gemma 2: 2), five layers of six (Gemma 3: `sliding_window_pattern`, 6)
         smollm3            the layers `layer_types` names (whatever `use_sliding_window` says: transformers'
@@ -273,7 +277,7 @@ def _sliding(c: dict) -> tuple[int | None, list[str]]:
                                                                       else "sliding_attention" for i in range(n)])
     switched = model_type in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe")  # off unless use_sliding_window
     window = c.get("sliding_window") if not switched or c["use_sliding_window"] else None
-    if model_type in ("llama", "olmoe", "gemma", "granite", "olmo2", "phi") or not window:
+    if model_type in ("llama", "olmoe", "gemma", "granite", "olmo2", "phi", "stablelm") or not window:
         return None, ["full_attention"] * n
     if model_type in ("mistral", "mixtral", "qwen3_moe", "phi3"):
         return window, ["sliding_attention"] * n
@@ -384,7 +388,7 @@ def _olmo2(c: dict) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Parallel blocks with LayerNorm: GPT-NeoX (Pythia) and Phi (Phi-1.5, Phi-2)
+# LayerNorm families, most with parallel blocks: GPT-NeoX (Pythia), Phi (Phi-1.5, Phi-2), StableLM
 # ---------------------------------------------------------------------------------------------------------------
 
 def _gpt_neox(c: dict) -> dict:
@@ -429,6 +433,24 @@ def _phi(c: dict) -> dict:
 
 
 PHI_PARTIAL_ROTARY_FACTOR = 0.5  # PhiConfig's default when config.json gives none (not a field of the class)
+
+
+def _stablelm(c: dict) -> dict:
+    """StableLM (StableLM-3B-4E1T, StableLM 2): a Llama body with LayerNorms (with bias), RoPE on the first
+    `partial_rotary_factor` of each head (0.25 when the file says nothing), q/k/v biases with `use_qkv_bias`, and
+    head_dim always hidden_size / heads. Two options of StableLM 2 12B: `qk_layernorm`, a LayerNorm (no bias) on
+    each head of q and k, every head with its own weight, before RoPE; and `use_parallel_residual`, Phi-2's block
+    (one norm whose output attention and MLP both read, x = x + attention(norm(x)) + mlp(norm(x)))."""
+    rope = dict(c.get("rope_scaling") or c.get("rope_parameters") or {})  # as StableLmConfig reads the dialects
+    factor = rope.get("partial_rotary_factor", c.get("partial_rotary_factor", STABLELM_PARTIAL_ROTARY_FACTOR))
+    fields = _llama_family({**c, "rms_norm_eps": c["layer_norm_eps"], "head_dim": None})  # LayerNorm's epsilon
+    parallel = c["use_parallel_residual"]
+    return dict(fields, norm="layernorm", partial_rotary_factor=factor, qk_norm=c["qk_layernorm"],
+                qk_norm_span="each_head", qk_norm_kind="layernorm_no_bias", parallel_residual=parallel,
+                shared_input_norm=parallel)
+
+
+STABLELM_PARTIAL_ROTARY_FACTOR = 0.25  # StableLmConfig's default (not a field of the class)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -655,6 +677,9 @@ HF_DEFAULTS = {
     # rotary_emb_base and rotary_pct: GPT_NEOX_ROPE
     "gpt_neox": dict(max_position_embeddings=2048, layer_norm_eps=1e-5, hidden_act="gelu", tie_word_embeddings=False,
                      use_parallel_residual=True, attention_bias=True),
+    "stablelm": dict(max_position_embeddings=4096, layer_norm_eps=1e-5, hidden_act="silu", rope_theta=10000.0,
+                     tie_word_embeddings=False, num_key_value_heads=32, use_qkv_bias=False, qk_layernorm=False,
+                     use_parallel_residual=False),
 }
 
 # model_type -> function translating its config.json into Config fields
@@ -677,6 +702,7 @@ HF_CONFIG_READERS = {
     "olmo2": _olmo2,
     "gpt_neox": _gpt_neox,
     "phi": _phi,
+    "stablelm": _stablelm,
 }
 
 

@@ -23,6 +23,7 @@ import numpy as np
 
 from tinyinfer.config import Config
 from tinyinfer.moe import moe_param_counts
+from tinyinfer.norms import NORM_PARAMS
 
 BYTES_PER_PARAM = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0, "int8": 1.0, "int4": 0.5}
 
@@ -41,9 +42,9 @@ def param_count(cfg: Config, active: bool = False) -> int:
     """
     d, hd = cfg.d_model, cfg.head_dim
     q_dim, kv_dim = cfg.n_heads * hd, cfg.n_kv_heads * hd
-    norm = d * (2 if cfg.norm == "layernorm" else 1)
+    norm = d * len(NORM_PARAMS[cfg.norm])  # LayerNorm: gain and bias; OLMo 1's: nothing
     attention = d * q_dim + 2 * d * kv_dim + q_dim * d
-    qk_norm = (q_dim + kv_dim if cfg.qk_norm_span == "full" else 2 * hd) * cfg.qk_norm
+    qk_norm = (2 * hd if cfg.qk_norm_span == "head" else q_dim + kv_dim) * cfg.qk_norm  # a gain shared by all heads, or not
     attention += (q_dim + 2 * kv_dim) * cfg.qkv_bias + d * cfg.o_bias + qk_norm
     n_mats = 3 if cfg.mlp == "swiglu" else 2
     dense_mlp = n_mats * d * cfg.d_ff + (cfg.d_ff * (n_mats - 1) + d) * cfg.mlp_bias

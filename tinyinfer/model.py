@@ -143,7 +143,7 @@ class Model:
         q = qkv[:, :q_dim].reshape(T, cfg.n_heads, cfg.head_dim)  # -> [T, H, hd]
         k = qkv[:, q_dim:q_dim + kv_dim].reshape(T, cfg.n_kv_heads, cfg.head_dim)  # -> [T, KV, hd]
         v = qkv[:, q_dim + kv_dim:].reshape(T, cfg.n_kv_heads, cfg.head_dim)  # -> [T, KV, hd]
-        if cfg.qk_norm:  # normalise q and k before rotating them: each head (Qwen3) or all heads as one (OLMoE)
+        if cfg.qk_norm:  # normalise q and k before rotating them: each head (Qwen3), all heads as one (OLMoE)
             q, k = _qk_norm(q, layer["q_norm"], cfg), _qk_norm(k, layer["k_norm"], cfg)
         if rope is not None:
             q, k = apply_partial_rope(q, *rope), apply_partial_rope(k, *rope)
@@ -256,12 +256,14 @@ class Model:
 
 
 def _qk_norm(x, weight, cfg: Config):
-    """The model's RMSNorm (Gemma 3's scales by 1 + weight) of q or k [T, heads, hd]: over each head (Qwen3,
-    Gemma 3), or over the whole projection (OLMoE)."""
+    """The model's norm (or `qk_norm_kind`: StableLM's LayerNorm without bias) of q or k [T, heads, hd]: over each
+    head (Qwen3, Gemma 3; StableLM and Cohere with a gain per head, weight [heads, hd]), or over the whole
+    projection (OLMoE)."""
+    kind = cfg.qk_norm_kind or cfg.norm
     if cfg.qk_norm_span == "full":
         flat = x.reshape(x.shape[0], -1)  # [T, heads, hd] -> [T, heads*hd], normed as one
-        return apply_norm(flat, {"weight": weight}, cfg.norm, cfg.norm_eps).reshape(x.shape)
-    return apply_norm(x, {"weight": weight}, cfg.norm, cfg.norm_eps)
+        return apply_norm(flat, {"weight": weight}, kind, cfg.norm_eps).reshape(x.shape)
+    return apply_norm(x, {"weight": weight}, kind, cfg.norm_eps)
 
 
 def leaves(tree):

@@ -31,6 +31,7 @@ import numpy as np
 
 from tinyinfer.config import Config
 from tinyinfer.errors import TinyInferError
+from tinyinfer.norms import NORM_PARAMS
 from tinyinfer.safetensors_io import Checkpoint
 
 Getter = Callable[..., np.ndarray]
@@ -84,11 +85,9 @@ def head_name(get: Getter, cfg: Config) -> str:
     return "embed_out.weight" if cfg.model_type == "gpt_neox" and get.has("embed_out.weight") else "lm_head.weight"
 
 
-def norm(get: Getter, prefix: str, d: int, with_bias: bool) -> dict:
-    weights = {"weight": get(f"{prefix}.weight", (d,))}
-    if with_bias:
-        weights["bias"] = get(f"{prefix}.bias", (d,))
-    return weights
+def norm(get: Getter, prefix: str, cfg: Config) -> dict:
+    """The parameters of the norm `prefix` (.weight, .bias), those its kind learns (NORM_PARAMS): maybe none."""
+    return {name: get(f"{prefix}.{name}", (cfg.d_model,)) for name in NORM_PARAMS[cfg.norm]}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -101,17 +100,17 @@ def gpt2_params(get: Getter, cfg: Config) -> dict:
     for i in range(cfg.n_layers):
         p = f"h.{i}"
         layers.append({
-            "attn_norm": norm(get, f"{p}.ln_1", d, True),
+            "attn_norm": norm(get, f"{p}.ln_1", cfg),
             "qkv": get(f"{p}.attn.c_attn.weight", (d, 3 * d)), "qkv_bias": get(f"{p}.attn.c_attn.bias", (3 * d,)),
             "o": get(f"{p}.attn.c_proj.weight", (d, d)), "o_bias": get(f"{p}.attn.c_proj.bias", (d,)),
-            "mlp_norm": norm(get, f"{p}.ln_2", d, True),
+            "mlp_norm": norm(get, f"{p}.ln_2", cfg),
             "mlp": {"up": get(f"{p}.mlp.c_fc.weight", (d, cfg.d_ff)), "up_bias": get(f"{p}.mlp.c_fc.bias", (cfg.d_ff,)),
                     "down": get(f"{p}.mlp.c_proj.weight", (cfg.d_ff, d)), "down_bias": get(f"{p}.mlp.c_proj.bias", (d,))},
         })
     embed = embedding_table(get, cfg)
     lm_head = embed.T if cfg.tie_word_embeddings else linear(get, "lm_head.weight", d, V)  # tied: a [d, V] view
     return {"embed": embed, "pos_embed": get("wpe.weight", (cfg.max_seq_len, d)), "layers": layers,
-            "final_norm": norm(get, "ln_f", d, True), "lm_head": lm_head}
+            "final_norm": norm(get, "ln_f", cfg), "lm_head": lm_head}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -124,10 +123,10 @@ def gpt_neox_params(get: Getter, cfg: Config) -> dict:
     for i in range(cfg.n_layers):
         p = f"gpt_neox.layers.{i}"
         layer = {
-            "attn_norm": norm(get, f"{p}.input_layernorm", d, True),
+            "attn_norm": norm(get, f"{p}.input_layernorm", cfg),
             "qkv": np.ascontiguousarray(_neox_qkv(get(f"{p}.attention.query_key_value.weight", (3 * d, d)), cfg).T),
             "o": linear(get, f"{p}.attention.dense.weight", d, d),
-            "mlp_norm": norm(get, f"{p}.post_attention_layernorm", d, True),
+            "mlp_norm": norm(get, f"{p}.post_attention_layernorm", cfg),
             "mlp": biased_mlp(get, f"{p}.mlp.dense_h_to_4h", f"{p}.mlp.dense_4h_to_h", d, ff),
         }
         if cfg.qkv_bias:  # with o's: attention_bias
@@ -136,7 +135,7 @@ def gpt_neox_params(get: Getter, cfg: Config) -> dict:
         layers.append(layer)
     embed = embedding_table(get, cfg)
     lm_head = embed.T if cfg.tie_word_embeddings else linear(get, head_name(get, cfg), d, V)
-    return {"embed": embed, "layers": layers, "final_norm": norm(get, "gpt_neox.final_layer_norm", d, True),
+    return {"embed": embed, "layers": layers, "final_norm": norm(get, "gpt_neox.final_layer_norm", cfg),
             "lm_head": lm_head}
 
 
@@ -155,8 +154,8 @@ def _neox_qkv(w: np.ndarray, cfg: Config) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Llama family (llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3_text, granite, smollm3, olmo2; phi3 with
-# fused weights): nn.Linear layers, RMSNorm, a gated MLP.
+# Llama family (llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3_text, granite, smollm3, olmo2, stablelm; phi3
+# with fused weights): nn.Linear layers, RMSNorm (StableLM: LayerNorm), a gated MLP.
 # ---------------------------------------------------------------------------------------------------------------
 
 def llama_attention(get: Getter, cfg: Config, p: str, o_name: str = "o_proj") -> dict:
@@ -170,10 +169,24 @@ def llama_attention(get: Getter, cfg: Config, p: str, o_name: str = "o_proj") ->
         attn["qkv_bias"] = np.concatenate([get(f"{p}.{n}_proj.bias", (w,)) for n, w in widths.items()])
     if cfg.o_bias:
         attn["o_bias"] = get(f"{p}.{o_name}.bias", (d,))
-    if cfg.qk_norm:  # one head wide (Qwen3), or the whole projection (OLMoE)
-        q_width, k_width = (q_dim, kv_dim) if cfg.qk_norm_span == "full" else (cfg.head_dim, cfg.head_dim)
-        attn |= {"q_norm": get(f"{p}.q_norm.weight", (q_width,)), "k_norm": get(f"{p}.k_norm.weight", (k_width,))}
+    if cfg.qk_norm:
+        attn |= {"q_norm": qk_norm_weight(get, cfg, p, "q", cfg.n_heads), "k_norm": qk_norm_weight(get, cfg, p, "k",
+                                                                                                  cfg.n_kv_heads)}
     return attn
+
+
+def qk_norm_weight(get: Getter, cfg: Config, p: str, name: str, n_heads: int) -> np.ndarray:
+    """The gain of q's or k's norm (`name`): one head wide, shared by all heads (Qwen3, Gemma 3); as wide as the
+    whole projection (OLMoE, OLMo 2); or one row per head [heads, hd] ("each_head": Cohere stores it so, StableLM
+    as one LayerNorm per head, q_layernorm.norms.{h}, stacked here)."""
+    hd = cfg.head_dim
+    if cfg.qk_norm_span == "head":
+        return get(f"{p}.{name}_norm.weight", (hd,))
+    if cfg.qk_norm_span == "full":
+        return get(f"{p}.{name}_norm.weight", (n_heads * hd,))
+    if cfg.model_type == "stablelm":
+        return np.stack([get(f"{p}.{name}_layernorm.norms.{h}.weight", (hd,)) for h in range(n_heads)])  # [heads, hd]
+    return get(f"{p}.{name}_norm.weight", (n_heads, hd))
 
 
 def swiglu_mlp(get: Getter, p: str, d: int, d_ff: int, with_bias: bool = False) -> dict:
@@ -200,20 +213,22 @@ def llama_params(get: Getter, cfg: Config, mlp_params: Callable | None = None,
     d, V = cfg.d_model, cfg.vocab_size
     mlp_params = mlp_params or (lambda g, c, i: swiglu_mlp(g, f"model.layers.{i}.mlp", c.d_model, c.d_ff, c.mlp_bias))
     norm_names = POST_NORM_NAMES if cfg.post_norms else NORM_NAMES
+    if cfg.shared_input_norm:  # StableLM's parallel blocks: one norm per layer
+        norm_names = {"attn_norm": NORM_NAMES["attn_norm"]}
     if not cfg.pre_norms:  # OLMo 2: the sublayers' outputs only, under Gemma 2's names
         norm_names = {key: name for key, name in norm_names.items() if key.startswith("post_")}
     layers = []
     for i in range(cfg.n_layers):
         p = f"model.layers.{i}"
         layers.append({
-            **{key: norm(get, f"{p}.{name}", d, False) for key, name in norm_names.items()},
+            **{key: norm(get, f"{p}.{name}", cfg) for key, name in norm_names.items()},
             **attention_params(get, cfg, f"{p}.self_attn"),
             "mlp": mlp_params(get, cfg, i),
         })
     embed = embedding_table(get, cfg)
     # tied: the embedding table doubles as the output layer, [V, d] -> [d, V] as a view, no copy
     lm_head = embed.T if cfg.tie_word_embeddings else linear(get, "lm_head.weight", d, V)
-    return {"embed": embed, "layers": layers, "final_norm": norm(get, "model.norm", d, False), "lm_head": lm_head}
+    return {"embed": embed, "layers": layers, "final_norm": norm(get, "model.norm", cfg), "lm_head": lm_head}
 
 
 def phi3_attention(get: Getter, cfg: Config, p: str) -> dict:
@@ -238,13 +253,13 @@ def phi3_params(get: Getter, cfg: Config) -> dict:
 def phi_params(get: Getter, cfg: Config) -> dict:
     """Phi: one LayerNorm per layer (`shared_input_norm`), biases everywhere, the LM head's too."""
     d, V = cfg.d_model, cfg.vocab_size
-    layers = [{"attn_norm": norm(get, f"model.layers.{i}.input_layernorm", d, True),
+    layers = [{"attn_norm": norm(get, f"model.layers.{i}.input_layernorm", cfg),
                **llama_attention(get, cfg, f"model.layers.{i}.self_attn", o_name="dense"),
                "mlp": biased_mlp(get, f"model.layers.{i}.mlp.fc1", f"model.layers.{i}.mlp.fc2", d, cfg.d_ff)}
               for i in range(cfg.n_layers)]
     embed = embedding_table(get, cfg)
     lm_head = embed.T if cfg.tie_word_embeddings else linear(get, "lm_head.weight", d, V)
-    return {"embed": embed, "layers": layers, "final_norm": norm(get, "model.final_layernorm", d, True),
+    return {"embed": embed, "layers": layers, "final_norm": norm(get, "model.final_layernorm", cfg),
             "lm_head": lm_head, "lm_head_bias": get("lm_head.bias", (V,))}
 
 
@@ -314,6 +329,7 @@ PARAM_BUILDERS = {
     "olmo2": (llama_params, ()),
     "gpt_neox": (gpt_neox_params, ()),
     "phi": (phi_params, ()),
+    "stablelm": (llama_params, ()),
 }
 
 

@@ -1,0 +1,126 @@
+"""StableLM against transformers, on tiny random checkpoints built here.
+
+What each adds to the Llama body, and where the variants below make it matter:
+- stablelm (StableLM-3B-4E1T, StableLM 2): LayerNorm with biases, RoPE on a leading part of each head
+  (`partial_rotary_factor`, 0.25 by default), q/k/v biases (`use_qkv_bias`); StableLM 2 12B's options: a LayerNorm
+  without bias on each head of q and k, each head with its own gain (`qk_layernorm`), and Phi-2's parallel block
+  through one norm (`use_parallel_residual`).
+
+Every parameter is re-randomised with a wide spread (weights_scripts/make_tiny_models.py says why). MISTAKES shows
+that undoing any switch moves the logits by more than MISTAKE_MIN, far past the tolerance, so the parity below is
+not luck.
+
+Checked: logits against transformers (float32, eager attention) within 1e-4 at every position; cached decode
+against tinyinfer's own full recompute within 1e-9 (in float64); greedy tokens equal to transformers' generate;
+the serving engine (paged cache, batched decode) equal to model.generate; the parameter count from the config.
+"""
+
+from __future__ import annotations
+
+import pytest
+import transformers
+from tiny_models import (
+    build_with_transformers,
+    built_once,
+    generation_tests,
+    make_tiny_models,
+    mistake_distance,
+    parity_tests,
+)
+
+import tinyinfer
+from tinyinfer.config import config_from_hf
+from tinyinfer.memory import param_count
+
+MISTAKE_MIN = 0.5  # what undoing a switch must move some logit by (logits here reach 3 to 10)
+
+BASE = dict(vocab_size=make_tiny_models.VOCAB_SIZE, hidden_size=48, intermediate_size=96, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, bos_token_id=1, eos_token_id=2,
+            pad_token_id=0)
+# head_dim 16: StableLM's default factor, 0.25, rotates 4 coordinates (transformers fails on an odd count)
+STABLELM2_12B = dict(hidden_size=64, use_qkv_bias=True, qk_layernorm=True, use_parallel_residual=True)
+
+# name -> (transformers config class, fields, stored dtype)
+VARIANTS = {
+    "stablelm": ("StableLmConfig", {"partial_rotary_factor": 0.5}, "float32"),
+    "stablelm_bias_tied_mha": ("StableLmConfig", {"partial_rotary_factor": 0.5, "use_qkv_bias": True,
+                                                  "tie_word_embeddings": True, "num_key_value_heads": 4}, "float32"),
+    "stablelm2_qk_norm_parallel": ("StableLmConfig", STABLELM2_12B, "float32"),
+    "stablelm_bf16": ("StableLmConfig", STABLELM2_12B, "bfloat16"),
+}
+ONE_PER_FAMILY = ["stablelm2_qk_norm_parallel"]
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    """`checkpoint(name) -> Path`, each variant built once for this module."""
+    return built_once(tmp_path_factory.mktemp("architectures_stablelm"), lambda name, folder: build_with_transformers(
+        folder, VARIANTS[name][0], {**BASE, **VARIANTS[name][1]}, VARIANTS[name][2]))
+
+
+test_logits_match_transformers_at_every_position, test_cached_decode_equals_full_recompute = parity_tests(VARIANTS)
+test_greedy_tokens_equal_transformers_generate, test_serving_engine_gives_the_greedy_tokens_of_generate = \
+    generation_tests(ONE_PER_FAMILY)
+
+
+def _layers(params: dict, change) -> dict:
+    return dict(params, layers=[change(layer) for layer in params["layers"]])
+
+
+# Each switch undone (a Config change, and what it does to the loaded parameters, if anything) must move some
+# logit by MISTAKE_MIN, or the variants would not catch a loader that forgot it.
+MISTAKES = {
+    "stablelm-rope_everywhere": ("stablelm", {"partial_rotary_factor": 1.0}, None),
+    "stablelm-rms_norm": ("stablelm", {"norm": "rmsnorm"}, None),  # read as a Llama
+    "stablelm2-rope_half": ("stablelm2_qk_norm_parallel", {"partial_rotary_factor": 0.5}, None),
+    "stablelm2-no_qk_norm": ("stablelm2_qk_norm_parallel", {"qk_norm": False}, None),
+    "stablelm2-qk_rms_norm": ("stablelm2_qk_norm_parallel", {"qk_norm_kind": "rmsnorm"}, None),
+    # every head normed with head 0's gain, as Qwen3's one shared gain
+    "stablelm2-one_gain_for_all_heads": ("stablelm2_qk_norm_parallel", {"qk_norm_span": "head"}, lambda params, cfg: (
+        _layers(params, lambda layer: dict(layer, q_norm=layer["q_norm"][0], k_norm=layer["k_norm"][0])))),
+    # a sequential block through the one norm
+    "stablelm2-sequential": ("stablelm2_qk_norm_parallel", {"parallel_residual": False, "shared_input_norm": False},
+                             lambda params, cfg: _layers(params, lambda layer: dict(layer, mlp_norm=layer["attn_norm"]))),
+}
+
+
+@pytest.mark.parametrize("mistake", MISTAKES)
+def test_each_switch_matters(mistake, checkpoint):
+    name, change, mistaken_params = MISTAKES[mistake]
+    assert mistake_distance(checkpoint(name), change, mistaken_params) > MISTAKE_MIN
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_memory_arithmetic_counts_every_parameter(name, checkpoint):
+    """`tinyinfer memory` counts from the config alone: LayerNorm biases, a q/k gain per head, one norm per layer
+    in a parallel block."""
+    model = tinyinfer.load(checkpoint(name))
+    assert param_count(model.config) == model.n_params
+
+
+SIZES = {"vocab_size": 300, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+         "num_key_value_heads": 4, "intermediate_size": 96}
+
+
+def test_stablelm2_config_file_reads():
+    """The fields of stablelm-2-1_6b's config.json (sizes shrunk), and a bare one read with StableLmConfig's
+    defaults."""
+    config = config_from_hf({**SIZES, "model_type": "stablelm", "hidden_act": "silu", "layer_norm_eps": 1e-05,
+                             "partial_rotary_factor": 0.25, "rope_theta": 10000, "use_qkv_bias": True,
+                             "tie_word_embeddings": False, "max_position_embeddings": 4096, "bos_token_id": 100257,
+                             "eos_token_id": 100257, "torch_dtype": "float16"})
+    assert (config.norm, config.norm_eps, config.rotary_dim, config.qkv_bias, config.o_bias, config.qk_norm) == (
+        "layernorm", 1e-05, 4, True, False, False)
+    assert (config.parallel_residual, config.shared_input_norm, config.window_of(0)) == (False, False, None)
+    bare = config_from_hf({**SIZES, "model_type": "stablelm"})
+    theirs = transformers.StableLmConfig(**SIZES)
+    assert (bare.partial_rotary_factor, bare.rope_theta, bare.norm_eps, bare.max_seq_len) == (
+        theirs.rope_parameters["partial_rotary_factor"], theirs.rope_parameters["rope_theta"], theirs.layer_norm_eps,
+        theirs.max_position_embeddings)
+    assert (bare.qkv_bias, bare.qk_norm, bare.parallel_residual, bare.tie_word_embeddings) == (
+        theirs.use_qkv_bias, theirs.qk_layernorm, theirs.use_parallel_residual, theirs.tie_word_embeddings)
+
+
+def test_stablelm_head_dim_is_hidden_size_over_heads():
+    """StableLmAttention ignores a head_dim field (it has none); so does tinyinfer."""
+    assert config_from_hf({**SIZES, "model_type": "stablelm", "head_dim": 32}).head_dim == 16
