@@ -1,10 +1,12 @@
-"""StableLM against transformers, on tiny random checkpoints built here.
+"""StableLM and StarCoder2 against transformers, on tiny random checkpoints built here.
 
 What each adds to the Llama body, and where the variants below make it matter:
 - stablelm (StableLM-3B-4E1T, StableLM 2): LayerNorm with biases, RoPE on a leading part of each head
   (`partial_rotary_factor`, 0.25 by default), q/k/v biases (`use_qkv_bias`); StableLM 2 12B's options: a LayerNorm
   without bias on each head of q and k, each head with its own gain (`qk_layernorm`), and Phi-2's parallel block
-  through one norm (`use_parallel_residual`).
+  through one norm (`use_parallel_residual`);
+- starcoder2: LayerNorm with biases (`norm_epsilon`), a tanh-GELU MLP (c_fc, c_proj), biases on q, k, v, o and
+  the MLP (`use_bias`), a window over every layer (`sliding_window`), a tied head by default.
 
 Every parameter is re-randomised with a wide spread (weights_scripts/make_tiny_models.py says why). MISTAKES shows
 that undoing any switch moves the logits by more than MISTAKE_MIN, far past the tolerance, so the parity below is
@@ -33,6 +35,7 @@ from tinyinfer.config import config_from_hf
 from tinyinfer.memory import param_count
 
 MISTAKE_MIN = 0.5  # what undoing a switch must move some logit by (logits here reach 3 to 10)
+WINDOW = 6  # keys; far shorter than the 24-token prompts
 
 BASE = dict(vocab_size=make_tiny_models.VOCAB_SIZE, hidden_size=48, intermediate_size=96, num_hidden_layers=2,
             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, bos_token_id=1, eos_token_id=2,
@@ -47,8 +50,12 @@ VARIANTS = {
                                                   "tie_word_embeddings": True, "num_key_value_heads": 4}, "float32"),
     "stablelm2_qk_norm_parallel": ("StableLmConfig", STABLELM2_12B, "float32"),
     "stablelm_bf16": ("StableLmConfig", STABLELM2_12B, "bfloat16"),
+    "starcoder2": ("Starcoder2Config", {}, "float32"),  # use_bias, tied
+    "starcoder2_window_no_bias_untied": ("Starcoder2Config", {"sliding_window": WINDOW, "use_bias": False,
+                                                              "tie_word_embeddings": False}, "float32"),
+    "starcoder2_bf16": ("Starcoder2Config", {"sliding_window": WINDOW}, "bfloat16"),
 }
-ONE_PER_FAMILY = ["stablelm2_qk_norm_parallel"]
+ONE_PER_FAMILY = ["stablelm2_qk_norm_parallel", "starcoder2_window_no_bias_untied"]
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +74,10 @@ def _layers(params: dict, change) -> dict:
     return dict(params, layers=[change(layer) for layer in params["layers"]])
 
 
+def _unbiased(mlp: dict) -> dict:
+    return {key: value for key, value in mlp.items() if not key.endswith("_bias")}
+
+
 # Each switch undone (a Config change, and what it does to the loaded parameters, if anything) must move some
 # logit by MISTAKE_MIN, or the variants would not catch a loader that forgot it.
 MISTAKES = {
@@ -80,7 +91,12 @@ MISTAKES = {
         _layers(params, lambda layer: dict(layer, q_norm=layer["q_norm"][0], k_norm=layer["k_norm"][0])))),
     # a sequential block through the one norm
     "stablelm2-sequential": ("stablelm2_qk_norm_parallel", {"parallel_residual": False, "shared_input_norm": False},
-                             lambda params, cfg: _layers(params, lambda layer: dict(layer, mlp_norm=layer["attn_norm"]))),
+                             lambda params, cfg: _layers(params, lambda layer: dict(layer,
+                                                                                     mlp_norm=layer["attn_norm"]))),
+    "starcoder2-rms_norm": ("starcoder2", {"norm": "rmsnorm"}, None),
+    "starcoder2-no_biases": ("starcoder2", {}, lambda params, cfg: _layers(params, lambda layer: {
+        key: value for key, value in dict(layer, mlp=_unbiased(layer["mlp"])).items() if not key.endswith("_bias")})),
+    "starcoder2-no_window": ("starcoder2_window_no_bias_untied", {"layer_types": ["full_attention"] * 2}, None),
 }
 
 
@@ -119,6 +135,26 @@ def test_stablelm2_config_file_reads():
         theirs.max_position_embeddings)
     assert (bare.qkv_bias, bare.qk_norm, bare.parallel_residual, bare.tie_word_embeddings) == (
         theirs.use_qkv_bias, theirs.qk_layernorm, theirs.use_parallel_residual, theirs.tie_word_embeddings)
+
+
+def test_starcoder2_config_file_reads():
+    """The fields of starcoder2-3b's config.json (sizes shrunk), and a bare one read with Starcoder2Config's
+    defaults."""
+    config = config_from_hf({**SIZES, "model_type": "starcoder2", "num_key_value_heads": 2, "norm_epsilon": 1e-05,
+                             "hidden_act": "gelu_pytorch_tanh", "rope_theta": 999999.4420358813, "sliding_window": 4096,
+                             "use_bias": True, "max_position_embeddings": 16384, "residual_dropout": 0.1,
+                             "embedding_dropout": 0.1, "bos_token_id": 0, "eos_token_id": 0})
+    assert (config.norm, config.norm_eps, config.mlp, config.activation, config.window_of(1)) == (
+        "layernorm", 1e-05, "gelu_mlp", "gelu_tanh", 4096)
+    assert (config.qkv_bias, config.o_bias, config.mlp_bias, config.tie_word_embeddings, config.rope_theta) == (
+        True, True, True, True, 999999.4420358813)
+    sizes = {key: value for key, value in SIZES.items() if key != "num_key_value_heads"}
+    bare = config_from_hf({**sizes, "model_type": "starcoder2"})
+    theirs = transformers.Starcoder2Config(**sizes)
+    assert (bare.n_kv_heads, bare.norm_eps, bare.rope_theta, bare.max_seq_len, bare.window_of(0)) == (
+        theirs.num_key_value_heads, theirs.norm_epsilon, theirs.rope_parameters["rope_theta"],
+        theirs.max_position_embeddings, theirs.sliding_window)
+    assert (bare.mlp_bias, bare.tie_word_embeddings) == (theirs.use_bias, theirs.tie_word_embeddings)
 
 
 def test_stablelm_head_dim_is_hidden_size_over_heads():

@@ -243,6 +243,7 @@ BIAS_FIELDS = {
     "smollm3": ("attention_bias", "attention_bias", "mlp_bias"),
     "olmo2": ("attention_bias", "attention_bias", False),
     "stablelm": ("use_qkv_bias", False, False),
+    "starcoder2": ("use_bias", "use_bias", "use_bias"),
     "phi": (True, True, True),
 }
 
@@ -251,7 +252,7 @@ def _sliding(c: dict) -> tuple[int | None, list[str]]:
     """The window and which layers slide through it, as each family's transformers code decides:
 
         mistral, mixtral,  every layer, whenever `sliding_window` is set
-        phi3
+        phi3, starcoder2
         qwen2, qwen3       with `use_sliding_window`: layers from `max_window_layers` on
         qwen2_moe          with `use_sliding_window`: the even layers below `max_window_layers`
         qwen3_moe          with `use_sliding_window`: every layer
@@ -279,7 +280,7 @@ def _sliding(c: dict) -> tuple[int | None, list[str]]:
     window = c.get("sliding_window") if not switched or c["use_sliding_window"] else None
     if model_type in ("llama", "olmoe", "gemma", "granite", "olmo2", "phi", "stablelm") or not window:
         return None, ["full_attention"] * n
-    if model_type in ("mistral", "mixtral", "qwen3_moe", "phi3"):
+    if model_type in ("mistral", "mixtral", "qwen3_moe", "phi3", "starcoder2"):
         return window, ["sliding_attention"] * n
     if c.get("layer_types"):
         return window, list(c["layer_types"])
@@ -388,7 +389,7 @@ def _olmo2(c: dict) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# LayerNorm families, most with parallel blocks: GPT-NeoX (Pythia), Phi (Phi-1.5, Phi-2), StableLM
+# LayerNorm families, most with parallel blocks: GPT-NeoX (Pythia), Phi (Phi-1.5, Phi-2), StableLM, StarCoder2
 # ---------------------------------------------------------------------------------------------------------------
 
 def _gpt_neox(c: dict) -> dict:
@@ -451,6 +452,14 @@ def _stablelm(c: dict) -> dict:
 
 
 STABLELM_PARTIAL_ROTARY_FACTOR = 0.25  # StableLmConfig's default (not a field of the class)
+
+
+def _starcoder2(c: dict) -> dict:
+    """StarCoder2: a Mistral-like attention (GQA, RoPE on whole heads, a window over every layer when
+    `sliding_window` is set) in a GPT-2-like body: LayerNorms with biases (epsilon `norm_epsilon`), an ungated
+    MLP (c_fc, then c_proj) with the tanh GELU, and with `use_bias` biases on q, k, v, o and both MLP layers."""
+    return _check_window(c, dict(_llama_family({**c, "rms_norm_eps": c["norm_epsilon"]}), norm="layernorm",
+                                 mlp="gelu_mlp"))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -680,6 +689,9 @@ HF_DEFAULTS = {
     "stablelm": dict(max_position_embeddings=4096, layer_norm_eps=1e-5, hidden_act="silu", rope_theta=10000.0,
                      tie_word_embeddings=False, num_key_value_heads=32, use_qkv_bias=False, qk_layernorm=False,
                      use_parallel_residual=False),
+    "starcoder2": dict(max_position_embeddings=4096, norm_epsilon=1e-5, hidden_act="gelu_pytorch_tanh",
+                       rope_theta=10000.0, tie_word_embeddings=True, num_key_value_heads=2, sliding_window=None,
+                       use_bias=True),
 }
 
 # model_type -> function translating its config.json into Config fields
@@ -703,6 +715,7 @@ HF_CONFIG_READERS = {
     "gpt_neox": _gpt_neox,
     "phi": _phi,
     "stablelm": _stablelm,
+    "starcoder2": _starcoder2,
 }
 
 

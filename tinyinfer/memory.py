@@ -44,7 +44,7 @@ def param_count(cfg: Config, active: bool = False) -> int:
     q_dim, kv_dim = cfg.n_heads * hd, cfg.n_kv_heads * hd
     norm = d * len(NORM_PARAMS[cfg.norm])  # LayerNorm: gain and bias; OLMo 1's: nothing
     attention = d * q_dim + 2 * d * kv_dim + q_dim * d
-    qk_norm = (2 * hd if cfg.qk_norm_span == "head" else q_dim + kv_dim) * cfg.qk_norm  # a gain shared by all heads, or not
+    qk_norm = (2 * hd if cfg.qk_norm_span == "head" else q_dim + kv_dim) * cfg.qk_norm  # "head": one gain for all
     attention += (q_dim + 2 * kv_dim) * cfg.qkv_bias + d * cfg.o_bias + qk_norm
     n_mats = 3 if cfg.mlp == "swiglu" else 2
     dense_mlp = n_mats * d * cfg.d_ff + (cfg.d_ff * (n_mats - 1) + d) * cfg.mlp_bias

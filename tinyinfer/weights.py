@@ -139,10 +139,13 @@ def gpt_neox_params(get: Getter, cfg: Config) -> dict:
             "lm_head": lm_head}
 
 
-def biased_mlp(get: Getter, up: str, down: str, d: int, d_ff: int) -> dict:
-    """An ungated MLP of two nn.Linear layers with biases (GPT-NeoX, Phi), named `up` and `down` in the file."""
-    return {"up": linear(get, f"{up}.weight", d, d_ff), "up_bias": get(f"{up}.bias", (d_ff,)),
-            "down": linear(get, f"{down}.weight", d_ff, d), "down_bias": get(f"{down}.bias", (d,))}
+def biased_mlp(get: Getter, up: str, down: str, d: int, d_ff: int, with_bias: bool = True) -> dict:
+    """An ungated MLP of two nn.Linear layers, with biases (GPT-NeoX, Phi; StarCoder2's `use_bias`), named `up`
+    and `down` in the file."""
+    mlp = {"up": linear(get, f"{up}.weight", d, d_ff), "down": linear(get, f"{down}.weight", d_ff, d)}
+    if with_bias:
+        mlp |= {"up_bias": get(f"{up}.bias", (d_ff,)), "down_bias": get(f"{down}.bias", (d,))}
+    return mlp
 
 
 def _neox_qkv(w: np.ndarray, cfg: Config) -> np.ndarray:
@@ -155,7 +158,8 @@ def _neox_qkv(w: np.ndarray, cfg: Config) -> np.ndarray:
 
 # ---------------------------------------------------------------------------------------------------------------
 # Llama family (llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3_text, granite, smollm3, olmo2, stablelm; phi3
-# with fused weights): nn.Linear layers, RMSNorm (StableLM: LayerNorm), a gated MLP.
+# with fused weights, starcoder2 with an ungated MLP): nn.Linear layers, RMSNorm (StableLM, StarCoder2: LayerNorm),
+# a gated MLP.
 # ---------------------------------------------------------------------------------------------------------------
 
 def llama_attention(get: Getter, cfg: Config, p: str, o_name: str = "o_proj") -> dict:
@@ -250,6 +254,16 @@ def phi3_params(get: Getter, cfg: Config) -> dict:
     return llama_params(get, cfg, phi3_mlp, phi3_attention)
 
 
+def starcoder2_mlp(get: Getter, cfg: Config, i: int) -> dict:
+    """StarCoder2's GELU MLP: c_fc (up), c_proj (down), biased with `use_bias`."""
+    p = f"model.layers.{i}.mlp"
+    return biased_mlp(get, f"{p}.c_fc", f"{p}.c_proj", cfg.d_model, cfg.d_ff, cfg.mlp_bias)
+
+
+def starcoder2_params(get: Getter, cfg: Config) -> dict:
+    return llama_params(get, cfg, starcoder2_mlp)
+
+
 def phi_params(get: Getter, cfg: Config) -> dict:
     """Phi: one LayerNorm per layer (`shared_input_norm`), biases everywhere, the LM head's too."""
     d, V = cfg.d_model, cfg.vocab_size
@@ -330,6 +344,7 @@ PARAM_BUILDERS = {
     "gpt_neox": (gpt_neox_params, ()),
     "phi": (phi_params, ()),
     "stablelm": (llama_params, ()),
+    "starcoder2": (starcoder2_params, ()),
 }
 
 
