@@ -1,4 +1,4 @@
-"""StableLM and StarCoder2 against transformers, on tiny random checkpoints built here.
+"""StableLM, StarCoder2 and Cohere against transformers, on tiny random checkpoints built here.
 
 What each adds to the Llama body, and where the variants below make it matter:
 - stablelm (StableLM-3B-4E1T, StableLM 2): LayerNorm with biases, RoPE on a leading part of each head
@@ -6,7 +6,13 @@ What each adds to the Llama body, and where the variants below make it matter:
   without bias on each head of q and k, each head with its own gain (`qk_layernorm`), and Phi-2's parallel block
   through one norm (`use_parallel_residual`);
 - starcoder2: LayerNorm with biases (`norm_epsilon`), a tanh-GELU MLP (c_fc, c_proj), biases on q, k, v, o and
-  the MLP (`use_bias`), a window over every layer (`sliding_window`), a tied head by default.
+  the MLP (`use_bias`), a window over every layer (`sliding_window`), a tied head by default;
+- cohere (Command-R): Phi-2's parallel block through one LayerNorm that learns no bias, the logits times
+  `logit_scale` (0.8 here: not a power of two, and not shrinking the logits 16-fold as the default 0.0625 would,
+  which would loosen the tolerance as much), RoPE on neighbouring pairs (reordered at load), and with
+  `use_qk_norm` a LayerNorm (no bias) on each head of q and k, each with its own gain;
+- cohere2 (Command R7B): Cohere's block with three layers of four sliding through a window and rotating, the
+  fourth attending to the whole context without RoPE.
 
 Every parameter is re-randomised with a wide spread (weights_scripts/make_tiny_models.py says why). MISTAKES shows
 that undoing any switch moves the logits by more than MISTAKE_MIN, far past the tolerance, so the parity below is
@@ -19,6 +25,7 @@ the serving engine (paged cache, batched decode) equal to model.generate; the pa
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import transformers
 from tiny_models import (
@@ -32,7 +39,9 @@ from tiny_models import (
 
 import tinyinfer
 from tinyinfer.config import config_from_hf
+from tinyinfer.errors import TinyInferError
 from tinyinfer.memory import param_count
+from tinyinfer.weights import _halves_order
 
 MISTAKE_MIN = 0.5  # what undoing a switch must move some logit by (logits here reach 3 to 10)
 WINDOW = 6  # keys; far shorter than the 24-token prompts
@@ -42,6 +51,7 @@ BASE = dict(vocab_size=make_tiny_models.VOCAB_SIZE, hidden_size=48, intermediate
             pad_token_id=0)
 # head_dim 16: StableLM's default factor, 0.25, rotates 4 coordinates (transformers fails on an odd count)
 STABLELM2_12B = dict(hidden_size=64, use_qkv_bias=True, qk_layernorm=True, use_parallel_residual=True)
+COMMAND_R_QK_NORM = dict(logit_scale=0.8, use_qk_norm=True, attention_bias=True, tie_word_embeddings=False)
 
 # name -> (transformers config class, fields, stored dtype)
 VARIANTS = {
@@ -54,8 +64,13 @@ VARIANTS = {
     "starcoder2_window_no_bias_untied": ("Starcoder2Config", {"sliding_window": WINDOW, "use_bias": False,
                                                               "tie_word_embeddings": False}, "float32"),
     "starcoder2_bf16": ("Starcoder2Config", {"sliding_window": WINDOW}, "bfloat16"),
+    "cohere": ("CohereConfig", {"logit_scale": 0.8}, "float32"),  # tied
+    "cohere_qk_norm_bias_untied": ("CohereConfig", COMMAND_R_QK_NORM, "float32"),
+    "cohere_bf16": ("CohereConfig", COMMAND_R_QK_NORM, "bfloat16"),
+    "cohere2": ("Cohere2Config", {"num_hidden_layers": 4, "sliding_window": WINDOW, "logit_scale": 0.8}, "float32"),
 }
-ONE_PER_FAMILY = ["stablelm2_qk_norm_parallel", "starcoder2_window_no_bias_untied"]
+ONE_PER_FAMILY = ["stablelm2_qk_norm_parallel", "starcoder2_window_no_bias_untied", "cohere_qk_norm_bias_untied",
+                  "cohere2"]
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +87,13 @@ test_greedy_tokens_equal_transformers_generate, test_serving_engine_gives_the_gr
 
 def _layers(params: dict, change) -> dict:
     return dict(params, layers=[change(layer) for layer in params["layers"]])
+
+
+def _cohere_columns(cfg) -> np.ndarray:
+    """The file's qkv column behind each of tinyinfer's (the loader's reordering of q and k, per head)."""
+    q_dim, kv_dim = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
+    q_order, k_order = _halves_order(cfg.n_heads, cfg.head_dim), _halves_order(cfg.n_kv_heads, cfg.head_dim)
+    return np.concatenate([q_order, q_dim + k_order, q_dim + kv_dim + np.arange(kv_dim)])
 
 
 def _unbiased(mlp: dict) -> dict:
@@ -97,6 +119,15 @@ MISTAKES = {
     "starcoder2-no_biases": ("starcoder2", {}, lambda params, cfg: _layers(params, lambda layer: {
         key: value for key, value in dict(layer, mlp=_unbiased(layer["mlp"])).items() if not key.endswith("_bias")})),
     "starcoder2-no_window": ("starcoder2_window_no_bias_untied", {"layer_types": ["full_attention"] * 2}, None),
+    "cohere-rms_norm": ("cohere", {"norm": "rmsnorm"}, None),
+    "cohere-no_logit_scale": ("cohere", {"logits_divisor": 1.0}, None),
+    "cohere-rope_pairs_as_in_the_file": ("cohere", {}, lambda params, cfg: _layers(params, lambda layer: dict(
+        layer, qkv=layer["qkv"][:, np.argsort(_cohere_columns(cfg))]))),
+    "cohere-sequential": ("cohere", {"parallel_residual": False, "shared_input_norm": False},
+                          lambda params, cfg: _layers(params, lambda layer: dict(layer, mlp_norm=layer["attn_norm"]))),
+    "cohere-no_qk_norm": ("cohere_qk_norm_bias_untied", {"qk_norm": False}, None),
+    "cohere2-rope_everywhere": ("cohere2", {"nope_layers": []}, None),
+    "cohere2-no_window": ("cohere2", {"layer_types": ["full_attention"] * 4}, None),
 }
 
 
@@ -155,6 +186,48 @@ def test_starcoder2_config_file_reads():
         theirs.num_key_value_heads, theirs.norm_epsilon, theirs.rope_parameters["rope_theta"],
         theirs.max_position_embeddings, theirs.sliding_window)
     assert (bare.mlp_bias, bare.tie_word_embeddings) == (theirs.use_bias, theirs.tie_word_embeddings)
+
+
+def test_command_r_config_file_reads():
+    """The fields of c4ai-command-r-v01's config.json (sizes shrunk), and a bare one read with CohereConfig's
+    defaults."""
+    config = config_from_hf({**SIZES, "model_type": "cohere", "logit_scale": 0.0625, "layer_norm_eps": 1e-05,
+                             "rope_theta": 8000000.0, "use_qk_norm": False, "attention_bias": False,
+                             "max_position_embeddings": 8192, "bos_token_id": 5, "eos_token_id": 255001,
+                             "pad_token_id": 0, "hidden_act": "silu"})
+    assert (config.norm, config.norm_eps, config.logits_divisor, config.rope_theta, config.tie_word_embeddings) == (
+        "layernorm_no_bias", 1e-05, 16.0, 8000000.0, True)
+    assert (config.parallel_residual, config.shared_input_norm, config.qk_norm, config.mlp, config.qkv_bias) == (
+        True, True, False, "swiglu", False)
+    sizes = {key: value for key, value in SIZES.items() if key != "num_key_value_heads"}
+    bare = config_from_hf({**sizes, "model_type": "cohere"})
+    theirs = transformers.CohereConfig(**sizes)
+    assert (bare.n_kv_heads, bare.rope_theta, bare.norm_eps, bare.max_seq_len, bare.logits_divisor) == (
+        theirs.num_key_value_heads, theirs.rope_parameters["rope_theta"], theirs.layer_norm_eps,
+        theirs.max_position_embeddings, 1 / theirs.logit_scale)
+    assert (bare.qk_norm, bare.tie_word_embeddings) == (theirs.use_qk_norm, theirs.tie_word_embeddings)
+
+
+def test_command_r7b_config_file_reads():
+    """The fields of c4ai-command-r7b-12-2024's config.json (sizes shrunk to 8 layers): the old
+    `sliding_window_pattern` names every 4th layer full, and those rotate nothing."""
+    config = config_from_hf({**SIZES, "model_type": "cohere2", "num_hidden_layers": 8, "logit_scale": 0.25,
+                             "sliding_window": 4096, "sliding_window_pattern": 4, "rope_theta": 50000,
+                             "layer_norm_eps": 1e-05, "max_position_embeddings": 8192, "head_dim": 128})
+    assert config.nope_layers == [3, 7]
+    assert [config.window_of(i) for i in range(4)] == [4096, 4096, 4096, None]
+    assert (config.head_dim, config.logits_divisor, config.rope_theta, config.qk_norm) == (16, 4.0, 50000, False)
+    bare = config_from_hf({**SIZES, "model_type": "cohere2", "num_hidden_layers": 8})
+    theirs = transformers.Cohere2Config(**{**SIZES, "num_hidden_layers": 8})
+    assert [bare.window_of(i) for i in range(8)] == [theirs.sliding_window if kind == "sliding_attention" else None
+                                                     for kind in theirs.layer_types]
+    assert (bare.rope_theta, bare.logits_divisor) == (theirs.rope_parameters["rope_theta"], 1 / theirs.logit_scale)
+
+
+@pytest.mark.parametrize("scale", [None, 0, -0.5, "big"])
+def test_cohere_logit_scale_must_be_a_positive_number(scale):
+    with pytest.raises(TinyInferError, match=f"logit_scale={scale!r} must be a positive number"):
+        config_from_hf({**SIZES, "model_type": "cohere", "logit_scale": scale})
 
 
 def test_stablelm_head_dim_is_hidden_size_over_heads():

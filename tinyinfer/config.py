@@ -63,7 +63,7 @@ class Config:
     embed_scale: float = 1.0  # embeddings are multiplied by it: sqrt(d_model) (Gemma), embedding_multiplier (Granite)
     residual_scale: float = 1.0  # Granite: each sublayer's output times residual_multiplier before the residual add
     attn_multiplier: float | None = None  # Granite: the score scale itself (attention_multiplier), not head_dim^-1/2
-    logits_divisor: float = 1.0  # Granite: the logits are divided by logits_scaling
+    logits_divisor: float = 1.0  # Granite: the logits are divided by logits_scaling (Cohere: by 1 / logit_scale)
     pre_norms: bool = True  # each sublayer's input is normed (all but OLMo 2)
     post_norms: bool = False  # each sublayer's output is normed before the residual add (Gemma 2: again; OLMo 2)
     parallel_residual: bool = False  # GPT-NeoX, Phi-2: x + attn(norm(x)) + mlp(norm'(x)), both read the layer's input
@@ -244,6 +244,8 @@ BIAS_FIELDS = {
     "olmo2": ("attention_bias", "attention_bias", False),
     "stablelm": ("use_qkv_bias", False, False),
     "starcoder2": ("use_bias", "use_bias", "use_bias"),
+    "cohere": ("attention_bias", "attention_bias", False),
+    "cohere2": ("attention_bias", "attention_bias", False),
     "phi": (True, True, True),
 }
 
@@ -259,9 +261,10 @@ def _sliding(c: dict) -> tuple[int | None, list[str]]:
         llama, olmoe,      never (a `sliding_window` field is ignored)
         gemma, granite,
         olmo2, phi,
-        stablelm
-        gemma2, gemma3     the layers `layer_types` names; by default all but every `pattern`-th: the even
-                           ones (Gemma 2: 2), five layers of six (Gemma 3: `sliding_window_pattern`, 6)
+        stablelm, cohere
+        gemma2, gemma3,    the layers `layer_types` names; by default all but every `pattern`-th: the even
+        cohere2            ones (Gemma 2: 2), five layers of six (Gemma 3: `sliding_window_pattern`, 6), three
+                           of four (Cohere 2: `sliding_window_pattern`, 4)
         smollm3            the layers `layer_types` names (whatever `use_sliding_window` says: transformers'
                            masks follow the list); by default, with `use_sliding_window`, the NoPE layers
 
@@ -272,13 +275,14 @@ def _sliding(c: dict) -> tuple[int | None, list[str]]:
         window, nope = c.get("sliding_window"), _smollm3_nope_layers(c)
         slides = [c["use_sliding_window"] and window is not None and i in nope for i in range(n)]
         return window, list(c.get("layer_types") or ["sliding_attention" if s else "full_attention" for s in slides])
-    if model_type in ("gemma2", "gemma3_text"):
-        pattern = 2 if model_type == "gemma2" else c.get("sliding_window_pattern", 6)  # as transformers reads it
+    if model_type in ("gemma2", "gemma3_text", "cohere2"):
+        default = {"gemma2": 2, "gemma3_text": 6, "cohere2": 4}[model_type]
+        pattern = default if model_type == "gemma2" else c.get("sliding_window_pattern", default)  # as transformers
         return c.get("sliding_window"), list(c.get("layer_types") or ["full_attention" if (i + 1) % pattern == 0
                                                                       else "sliding_attention" for i in range(n)])
     switched = model_type in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe")  # off unless use_sliding_window
     window = c.get("sliding_window") if not switched or c["use_sliding_window"] else None
-    if model_type in ("llama", "olmoe", "gemma", "granite", "olmo2", "phi", "stablelm") or not window:
+    if model_type in ("llama", "olmoe", "gemma", "granite", "olmo2", "phi", "stablelm", "cohere") or not window:
         return None, ["full_attention"] * n
     if model_type in ("mistral", "mixtral", "qwen3_moe", "phi3", "starcoder2"):
         return window, ["sliding_attention"] * n
@@ -389,7 +393,8 @@ def _olmo2(c: dict) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# LayerNorm families, most with parallel blocks: GPT-NeoX (Pythia), Phi (Phi-1.5, Phi-2), StableLM, StarCoder2
+# LayerNorm families, most with parallel blocks: GPT-NeoX (Pythia), Phi (Phi-1.5, Phi-2), StableLM, StarCoder2,
+# Cohere
 # ---------------------------------------------------------------------------------------------------------------
 
 def _gpt_neox(c: dict) -> dict:
@@ -460,6 +465,30 @@ def _starcoder2(c: dict) -> dict:
     MLP (c_fc, then c_proj) with the tanh GELU, and with `use_bias` biases on q, k, v, o and both MLP layers."""
     return _check_window(c, dict(_llama_family({**c, "rms_norm_eps": c["norm_epsilon"]}), norm="layernorm",
                                  mlp="gelu_mlp"))
+
+
+def _cohere(c: dict) -> dict:
+    """Cohere (Command-R, Command-R+): Phi-2's parallel block through one norm, x = x + attention(norm(x)) +
+    mlp(norm(x)), with a LayerNorm that learns no bias, a SwiGLU MLP, the logits multiplied by `logit_scale`
+    (tinyinfer divides by its inverse), a tied head by default, and with `use_qk_norm` a LayerNorm (no bias) on each
+    head of q and k, each head with its own gain. Its RoPE rotates neighbouring pairs (x[2i], x[2i+1]): the loader
+    permutes q's and k's coordinates into tinyinfer's halves (tinyinfer/weights.py), which leaves q.k unchanged."""
+    scale = c["logit_scale"]
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale < float("inf"):
+        raise TinyInferError(f"config.json ({c['model_type']}): logit_scale={scale!r} must be a positive number (the "
+                             "logits are multiplied by it); fix config.json")
+    fields = _llama_family({**c, "rms_norm_eps": c["layer_norm_eps"]})  # LayerNorm's epsilon
+    return dict(fields, norm="layernorm_no_bias", parallel_residual=True, shared_input_norm=True,
+                qk_norm=c["use_qk_norm"], qk_norm_span="each_head", logits_divisor=1 / scale)
+
+
+def _cohere2(c: dict) -> dict:
+    """Cohere 2 (Command R7B, Command A): Cohere's block without q/k norms, head_dim always hidden_size / heads, and
+    two kinds of layer: those `layer_types` names sliding (by default three of four) attend through a window and
+    rotate q and k; the others see the whole context and rotate nothing (NoPE, as SmolLM3's layers)."""
+    fields = dict(_cohere({**c, "use_qk_norm": False, "head_dim": None}))
+    fields["nope_layers"] = [i for i, kind in enumerate(fields["layer_types"]) if kind == "full_attention"]
+    return _check_window(c, fields)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -692,6 +721,12 @@ HF_DEFAULTS = {
     "starcoder2": dict(max_position_embeddings=4096, norm_epsilon=1e-5, hidden_act="gelu_pytorch_tanh",
                        rope_theta=10000.0, tie_word_embeddings=True, num_key_value_heads=2, sliding_window=None,
                        use_bias=True),
+    "cohere": dict(max_position_embeddings=8192, layer_norm_eps=1e-5, hidden_act="silu", rope_theta=500000.0,
+                   tie_word_embeddings=True, num_key_value_heads=None, attention_bias=False, use_qk_norm=False,
+                   logit_scale=0.0625),
+    "cohere2": dict(max_position_embeddings=8192, layer_norm_eps=1e-5, hidden_act="silu", rope_theta=10000.0,
+                    tie_word_embeddings=True, num_key_value_heads=None, attention_bias=False, logit_scale=0.0625,
+                    sliding_window=4096, layer_types=None),
 }
 
 # model_type -> function translating its config.json into Config fields
@@ -716,6 +751,8 @@ HF_CONFIG_READERS = {
     "phi": _phi,
     "stablelm": _stablelm,
     "starcoder2": _starcoder2,
+    "cohere": _cohere,
+    "cohere2": _cohere2,
 }
 
 

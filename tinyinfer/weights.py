@@ -31,6 +31,7 @@ import numpy as np
 
 from tinyinfer.config import Config
 from tinyinfer.errors import TinyInferError
+from tinyinfer.llama2c import interleaved_to_half
 from tinyinfer.norms import NORM_PARAMS
 from tinyinfer.safetensors_io import Checkpoint
 
@@ -158,8 +159,8 @@ def _neox_qkv(w: np.ndarray, cfg: Config) -> np.ndarray:
 
 # ---------------------------------------------------------------------------------------------------------------
 # Llama family (llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3_text, granite, smollm3, olmo2, stablelm; phi3
-# with fused weights, starcoder2 with an ungated MLP): nn.Linear layers, RMSNorm (StableLM, StarCoder2: LayerNorm),
-# a gated MLP.
+# with fused weights, starcoder2 with an ungated MLP, cohere and cohere2 with interleaved RoPE): nn.Linear layers,
+# RMSNorm (StableLM, StarCoder2, Cohere: LayerNorm), a gated MLP.
 # ---------------------------------------------------------------------------------------------------------------
 
 def llama_attention(get: Getter, cfg: Config, p: str, o_name: str = "o_proj") -> dict:
@@ -254,6 +255,37 @@ def phi3_params(get: Getter, cfg: Config) -> dict:
     return llama_params(get, cfg, phi3_mlp, phi3_attention)
 
 
+def cohere_attention(get: Getter, cfg: Config, p: str) -> dict:
+    """Cohere rotates neighbouring pairs (x[2i], x[2i+1]) where tinyinfer pairs x[i] with x[i + hd/2]: q's and k's
+    coordinates (columns of qkv, their biases, their norms' gains) are reordered per head into tinyinfer's layout,
+    as llama2.c's are. Reordering q and k alike leaves every q.k, so the model, unchanged, and a LayerNorm over a
+    head does not mind the order of its coordinates."""
+    attn = llama_attention(get, cfg, p)
+    hd, q_dim, kv_dim = cfg.head_dim, cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
+    q_order, k_order = _halves_order(cfg.n_heads, hd), _halves_order(cfg.n_kv_heads, hd)
+    columns = np.concatenate([q_order, q_dim + k_order, q_dim + kv_dim + np.arange(kv_dim)])  # v stays
+    attn["qkv"] = np.ascontiguousarray(attn["qkv"][:, columns])
+    if cfg.qkv_bias:
+        attn["qkv_bias"] = attn["qkv_bias"][columns]
+    if cfg.qk_norm:  # gains [heads, hd]
+        attn["q_norm"] = attn["q_norm"].reshape(-1)[q_order].reshape(cfg.n_heads, hd)
+        attn["k_norm"] = attn["k_norm"].reshape(-1)[k_order].reshape(cfg.n_kv_heads, hd)
+    return attn
+
+
+def _halves_order(n_heads: int, head_dim: int) -> np.ndarray:
+    """Where each of tinyinfer's coordinates comes from in an interleaved-RoPE projection of `n_heads` heads.
+
+    >>> _halves_order(1, 4)  # pairs (x0, x1), (x2, x3) -> (x0, x2), (x1, x3)
+    array([0, 2, 1, 3])
+    """
+    return interleaved_to_half(np.arange(n_heads * head_dim)[:, None], n_heads).ravel()
+
+
+def cohere_params(get: Getter, cfg: Config) -> dict:
+    return llama_params(get, cfg, attention_params=cohere_attention)
+
+
 def starcoder2_mlp(get: Getter, cfg: Config, i: int) -> dict:
     """StarCoder2's GELU MLP: c_fc (up), c_proj (down), biased with `use_bias`."""
     p = f"model.layers.{i}.mlp"
@@ -345,6 +377,8 @@ PARAM_BUILDERS = {
     "phi": (phi_params, ()),
     "stablelm": (llama_params, ()),
     "starcoder2": (starcoder2_params, ()),
+    "cohere": (cohere_params, ()),
+    "cohere2": (cohere_params, ()),
 }
 
 
