@@ -1,4 +1,4 @@
-"""StableLM, StarCoder2 and Cohere against transformers, on tiny random checkpoints built here.
+"""StableLM, StarCoder2, Cohere and OLMo 1 against transformers, on tiny random checkpoints built here.
 
 What each adds to the Llama body, and where the variants below make it matter:
 - stablelm (StableLM-3B-4E1T, StableLM 2): LayerNorm with biases, RoPE on a leading part of each head
@@ -12,7 +12,9 @@ What each adds to the Llama body, and where the variants below make it matter:
   which would loosen the tolerance as much), RoPE on neighbouring pairs (reordered at load), and with
   `use_qk_norm` a LayerNorm (no bias) on each head of q and k, each with its own gain;
 - cohere2 (Command R7B): Cohere's block with three layers of four sliding through a window and rotating, the
-  fourth attending to the whole context without RoPE.
+  fourth attending to the whole context without RoPE;
+- olmo (OLMo 1): LayerNorms that learn nothing (no gain, no bias), q, k and v clamped to +-`clip_qkv` (2 here, which
+  most of their coordinates exceed), `attention_bias` on q, k, v and o.
 
 Every parameter is re-randomised with a wide spread (weights_scripts/make_tiny_models.py says why). MISTAKES shows
 that undoing any switch moves the logits by more than MISTAKE_MIN, far past the tolerance, so the parity below is
@@ -68,9 +70,12 @@ VARIANTS = {
     "cohere_qk_norm_bias_untied": ("CohereConfig", COMMAND_R_QK_NORM, "float32"),
     "cohere_bf16": ("CohereConfig", COMMAND_R_QK_NORM, "bfloat16"),
     "cohere2": ("Cohere2Config", {"num_hidden_layers": 4, "sliding_window": WINDOW, "logit_scale": 0.8}, "float32"),
+    "olmo_clip": ("OlmoConfig", {"clip_qkv": 2.0}, "float32"),
+    "olmo_bias_tied_no_clip": ("OlmoConfig", {"attention_bias": True, "tie_word_embeddings": True}, "float32"),
+    "olmo_bf16": ("OlmoConfig", {"clip_qkv": 2.0}, "bfloat16"),
 }
 ONE_PER_FAMILY = ["stablelm2_qk_norm_parallel", "starcoder2_window_no_bias_untied", "cohere_qk_norm_bias_untied",
-                  "cohere2"]
+                  "cohere2", "olmo_clip"]
 
 
 @pytest.fixture(scope="module")
@@ -94,6 +99,10 @@ def _cohere_columns(cfg) -> np.ndarray:
     q_dim, kv_dim = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
     q_order, k_order = _halves_order(cfg.n_heads, cfg.head_dim), _halves_order(cfg.n_kv_heads, cfg.head_dim)
     return np.concatenate([q_order, q_dim + k_order, q_dim + kv_dim + np.arange(kv_dim)])
+
+
+def _unit_gain(cfg) -> dict:
+    return {"weight": np.ones(cfg.d_model, dtype=np.float32)}
 
 
 def _unbiased(mlp: dict) -> dict:
@@ -128,6 +137,11 @@ MISTAKES = {
     "cohere-no_qk_norm": ("cohere_qk_norm_bias_untied", {"qk_norm": False}, None),
     "cohere2-rope_everywhere": ("cohere2", {"nope_layers": []}, None),
     "cohere2-no_window": ("cohere2", {"layer_types": ["full_attention"] * 4}, None),
+    "olmo-no_clip": ("olmo_clip", {"clip_qkv": None}, None),
+    # read as a Llama whose RMSNorms have unit gains: no centring
+    "olmo-rms_norm": ("olmo_bias_tied_no_clip", {"norm": "rmsnorm"}, lambda params, cfg: dict(
+        _layers(params, lambda layer: dict(layer, attn_norm=_unit_gain(cfg), mlp_norm=_unit_gain(cfg))),
+        final_norm=_unit_gain(cfg))),
 }
 
 
@@ -222,6 +236,28 @@ def test_command_r7b_config_file_reads():
     assert [bare.window_of(i) for i in range(8)] == [theirs.sliding_window if kind == "sliding_attention" else None
                                                      for kind in theirs.layer_types]
     assert (bare.rope_theta, bare.logits_divisor) == (theirs.rope_parameters["rope_theta"], 1 / theirs.logit_scale)
+
+
+def test_olmo_config_file_reads():
+    """The fields of OLMo-1B-hf's config.json (sizes shrunk), and a bare one read with OlmoConfig's defaults."""
+    config = config_from_hf({**SIZES, "model_type": "olmo", "attention_bias": False, "clip_qkv": None,
+                             "hidden_act": "silu", "max_position_embeddings": 2048, "rope_theta": 10000.0,
+                             "tie_word_embeddings": True, "eos_token_id": 50279, "pad_token_id": 1})
+    assert (config.norm, config.norm_eps, config.clip_qkv, config.tie_word_embeddings, config.qkv_bias) == (
+        "layernorm_no_params", 1e-5, None, True, False)
+    assert config_from_hf({**SIZES, "model_type": "olmo", "clip_qkv": 8.0}).clip_qkv == 8.0  # OLMo-7B-0424
+    sizes = {key: value for key, value in SIZES.items() if key != "num_key_value_heads"}
+    bare = config_from_hf({**sizes, "model_type": "olmo"})
+    theirs = transformers.OlmoConfig(**sizes)
+    assert (bare.n_kv_heads, bare.rope_theta, bare.max_seq_len, bare.clip_qkv, bare.tie_word_embeddings) == (
+        theirs.num_key_value_heads, theirs.rope_parameters["rope_theta"], theirs.max_position_embeddings,
+        theirs.clip_qkv, theirs.tie_word_embeddings)
+
+
+@pytest.mark.parametrize("clip", [0, -1.0, "8"])
+def test_olmo_clip_qkv_must_be_a_positive_number(clip):
+    with pytest.raises(TinyInferError, match=f"clip_qkv={clip!r} must be a positive number"):
+        config_from_hf({**SIZES, "model_type": "olmo", "clip_qkv": clip})
 
 
 @pytest.mark.parametrize("scale", [None, 0, -0.5, "big"])

@@ -55,6 +55,7 @@ class Config:
     # | "each_head" (StableLM, Cohere: each head alone, with a weight of its own)
     qk_norm_kind: str | None = None  # the q/k norms' kind, when not `norm` (StableLM: LayerNorms without bias)
     sliding_window: int | None = None
+    clip_qkv: float | None = None  # OLMo 1: q, k and v clamped to [-clip_qkv, clip_qkv] after their projections
     attn_scale_weights: bool = True  # GPT-2's scale_attn_weights: divide scores by sqrt(head_dim)
     attn_scale_inverse_layer: bool = False  # GPT-2's scale_attn_by_inverse_layer_idx: also by (layer + 1)
     query_pre_attn_scalar: float | None = None  # Gemma 2: scores scaled by its -1/2 power instead of head_dim's
@@ -172,7 +173,7 @@ def _check_numbers(cfg: Config) -> None:
             raise TinyInferError(f"config: {name}={value!r} must be an integer >= 1: fix {keys} in config.json "
                                  "(or the llama2.c header)")
     optional = ("query_pre_attn_scalar", "attn_softcap", "final_softcap", "local_rope_theta",
-                "attn_multiplier")  # None: not used
+                "attn_multiplier", "clip_qkv")  # None: not used
     scales = ("embed_scale", "residual_scale", "logits_divisor")
     for name in ("norm_eps", "rope_theta", "partial_rotary_factor", *scales, *optional):
         value = getattr(cfg, name)
@@ -246,6 +247,7 @@ BIAS_FIELDS = {
     "starcoder2": ("use_bias", "use_bias", "use_bias"),
     "cohere": ("attention_bias", "attention_bias", False),
     "cohere2": ("attention_bias", "attention_bias", False),
+    "olmo": ("attention_bias", "attention_bias", False),
     "phi": (True, True, True),
 }
 
@@ -261,7 +263,8 @@ def _sliding(c: dict) -> tuple[int | None, list[str]]:
         llama, olmoe,      never (a `sliding_window` field is ignored)
         gemma, granite,
         olmo2, phi,
-        stablelm, cohere
+        stablelm, cohere,
+        olmo
         gemma2, gemma3,    the layers `layer_types` names; by default all but every `pattern`-th: the even
         cohere2            ones (Gemma 2: 2), five layers of six (Gemma 3: `sliding_window_pattern`, 6), three
                            of four (Cohere 2: `sliding_window_pattern`, 4)
@@ -282,7 +285,7 @@ def _sliding(c: dict) -> tuple[int | None, list[str]]:
                                                                       else "sliding_attention" for i in range(n)])
     switched = model_type in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe")  # off unless use_sliding_window
     window = c.get("sliding_window") if not switched or c["use_sliding_window"] else None
-    if model_type in ("llama", "olmoe", "gemma", "granite", "olmo2", "phi", "stablelm", "cohere") or not window:
+    if model_type in ("llama", "olmoe", "gemma", "granite", "olmo2", "phi", "stablelm", "cohere", "olmo") or not window:
         return None, ["full_attention"] * n
     if model_type in ("mistral", "mixtral", "qwen3_moe", "phi3", "starcoder2"):
         return window, ["sliding_attention"] * n
@@ -347,7 +350,8 @@ HF_ACTIVATIONS = {
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Llama bodies with a twist: Granite's multipliers, SmolLM3's layers without RoPE, OLMo 2's norms after
+# Llama bodies with a twist: Granite's multipliers, SmolLM3's layers without RoPE, OLMo's norms without parameters
+# and clamped q/k/v, OLMo 2's norms after
 # ---------------------------------------------------------------------------------------------------------------
 
 def _granite(c: dict) -> dict:
@@ -383,6 +387,18 @@ def _smollm3_nope_layers(c: dict) -> list[int]:
         raise TinyInferError(f"config.json (smollm3): no_rope_layers={flags!r} must be a list of {n} flags, 1 (RoPE) "
                              "or 0 (no RoPE), one per layer (or null, to take every no_rope_layer_interval-th layer)")
     return [i for i in range(n) if not flags[i]]
+
+
+def _olmo(c: dict) -> dict:
+    """OLMo (OLMo 1, AI2): a Llama whose LayerNorms learn nothing, no gain and no bias (their epsilon is 1e-5
+    whatever the file says: transformers' OlmoLayerNorm hard-wires it), and whose q, k and v are clamped to
+    [-clip_qkv, clip_qkv] right after their projections when `clip_qkv` is set (a guard against loss spikes in
+    training, kept at inference since the model learned with it). `attention_bias` puts biases on q, k, v and o."""
+    fields = _llama_family({**c, "rms_norm_eps": OLMO_NORM_EPS})
+    return dict(fields, norm="layernorm_no_params", clip_qkv=c["clip_qkv"])
+
+
+OLMO_NORM_EPS = 1e-5  # OlmoLayerNorm's epsilon, not a config field
 
 
 def _olmo2(c: dict) -> dict:
@@ -709,6 +725,8 @@ HF_DEFAULTS = {
     "smollm3": dict(_LLAMA_LIKE, max_position_embeddings=32768, rope_theta=2_000_000.0, num_key_value_heads=4,
                     tie_word_embeddings=True, attention_bias=False, mlp_bias=False, use_sliding_window=False,
                     sliding_window=None, no_rope_layers=None, no_rope_layer_interval=4, layer_types=None),
+    "olmo": dict({k: v for k, v in _LLAMA_LIKE.items() if k != "rms_norm_eps"}, attention_bias=False,
+                 num_key_value_heads=None, clip_qkv=None),
     "olmo2": dict(_LLAMA_LIKE, rms_norm_eps=1e-5, attention_bias=False, num_key_value_heads=None),
     "phi": dict(max_position_embeddings=2048, layer_norm_eps=1e-5, hidden_act="gelu_new", rope_theta=10000.0,
                 tie_word_embeddings=False, num_key_value_heads=None, qk_layernorm=False),
@@ -746,6 +764,7 @@ HF_CONFIG_READERS = {
     "gemma3_text": _gemma3,
     "granite": _granite,
     "smollm3": _smollm3,
+    "olmo": _olmo,
     "olmo2": _olmo2,
     "gpt_neox": _gpt_neox,
     "phi": _phi,

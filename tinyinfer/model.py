@@ -9,9 +9,9 @@
 Architectures differ by switches in their Config, not by code paths: Gemma 2 norms each sublayer's output
 again before adding it (`post_norms`: x = x + norm(attention(norm(x)))) and soft-caps attention scores and
 logits; OLMo 2 norms the output only (`pre_norms` off: x = x + norm(attention(x))); GPT-NeoX feeds the layer's
-input to both sublayers (`parallel_residual`: x = x + attention(norm(x)) + mlp(norm'(x))), Phi-2 through one
-norm (`shared_input_norm`); Granite scales the embeddings, each sublayer's output (`residual_scale`), the scores
-and the logits by numbers from its config.json. Phi-3 rotates part of each head; Gemma's norms scale by
+input to both sublayers (`parallel_residual`: x = x + attention(norm(x)) + mlp(norm'(x))), Phi-2 and Cohere
+through one norm (`shared_input_norm`); OLMo 1 clamps q, k and v (`clip_qkv`); Granite scales the embeddings,
+each sublayer's output (`residual_scale`), the scores and the logits by numbers from its config.json. Phi-3 rotates part of each head; Gemma's norms scale by
 1 + weight (tinyinfer/norms.py); Gemma 3's sliding layers rotate with a RoPE of their own (`local_rope_theta`),
 so a pass computes one (cos, sin) pair per RoPE setting and each layer takes its own (SmolLM3's layers without
 RoPE take none).
@@ -140,6 +140,8 @@ class Model:
         cfg = self.config
         T, q_dim, kv_dim = h.shape[0], cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
         qkv = linear(h, layer, "qkv")  # [T, d] -> [T, q_dim + 2 kv_dim]: three projections in one product
+        if cfg.clip_qkv is not None:  # OLMo 1: every coordinate of q, k and v within +-clip_qkv
+            qkv = self.xp.clip(qkv, -cfg.clip_qkv, cfg.clip_qkv)
         q = qkv[:, :q_dim].reshape(T, cfg.n_heads, cfg.head_dim)  # -> [T, H, hd]
         k = qkv[:, q_dim:q_dim + kv_dim].reshape(T, cfg.n_kv_heads, cfg.head_dim)  # -> [T, KV, hd]
         v = qkv[:, q_dim + kv_dim:].reshape(T, cfg.n_kv_heads, cfg.head_dim)  # -> [T, KV, hd]

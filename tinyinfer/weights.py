@@ -158,9 +158,9 @@ def _neox_qkv(w: np.ndarray, cfg: Config) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Llama family (llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3_text, granite, smollm3, olmo2, stablelm; phi3
-# with fused weights, starcoder2 with an ungated MLP, cohere and cohere2 with interleaved RoPE): nn.Linear layers,
-# RMSNorm (StableLM, StarCoder2, Cohere: LayerNorm), a gated MLP.
+# Llama family (llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3_text, granite, smollm3, olmo, olmo2,
+# stablelm; phi3 with fused weights, starcoder2 with an ungated MLP, cohere and cohere2 with interleaved RoPE):
+# nn.Linear layers, RMSNorm (StableLM, StarCoder2, Cohere, OLMo: LayerNorm), a gated MLP.
 # ---------------------------------------------------------------------------------------------------------------
 
 def llama_attention(get: Getter, cfg: Config, p: str, o_name: str = "o_proj") -> dict:
@@ -372,6 +372,7 @@ PARAM_BUILDERS = {
     "gemma3_text": (llama_params, ("language_model.",)),  # a multimodal Gemma 3 keeps its text model there
     "granite": (llama_params, ()),
     "smollm3": (llama_params, ()),
+    "olmo": (llama_params, ()),
     "olmo2": (llama_params, ()),
     "gpt_neox": (gpt_neox_params, ()),
     "phi": (phi_params, ()),
