@@ -36,12 +36,17 @@ import torch
 import transformers
 from tiny_models import (
     LOGITS_ATOL,
+    MISTAKE_MIN,
+    TINY_CONFIG,
+    WINDOW,
     build_with_transformers,
     built_once,
     generation_tests,
     hf_logits,
     make_tiny_models,
+    memory_test,
     mistake_distance,
+    mistake_test,
     parity_tests,
     prompt_ids,
 )
@@ -51,14 +56,7 @@ import tinyinfer.model
 from tinyinfer.config import config_from_hf
 from tinyinfer.errors import TinyInferError
 from tinyinfer.flash_attention import tiled_attention
-from tinyinfer.memory import param_count
 
-MISTAKE_MIN = 0.5  # what undoing a switch must move some logit by (logits here reach 3 to 10)
-WINDOW = 6  # keys; far shorter than the 24-token prompts
-
-BASE = dict(vocab_size=make_tiny_models.VOCAB_SIZE, hidden_size=48, intermediate_size=96, num_hidden_layers=2,
-            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, rms_norm_eps=1e-5,
-            bos_token_id=1, eos_token_id=2, pad_token_id=0)
 # head_dim 12: head_dim^-1/2 = 0.29, far from the attention multiplier
 GRANITE = dict(embedding_multiplier=6.0, residual_multiplier=0.4, attention_multiplier=0.7, logits_scaling=3.0)
 
@@ -99,8 +97,8 @@ CONFIG_EDITS = {"gpt_neox_hub_config": {"rope_parameters": None, "rotary_pct": 0
 
 
 def build(folder, config_class: str, fields: dict, dtype: str = "float32", config_edits: dict | None = None):
-    """BASE + `fields`, every parameter re-randomised, its config.json then edited (`CONFIG_EDITS`)."""
-    build_with_transformers(folder, config_class, {**BASE, **fields}, dtype)
+    """TINY_CONFIG + `fields`, every parameter re-randomised, its config.json then edited (`CONFIG_EDITS`)."""
+    build_with_transformers(folder, config_class, {**TINY_CONFIG, **fields}, dtype)
     if config_edits:
         config = {**json.loads((folder / "config.json").read_text()), **config_edits}
         kept = {key: value for key, value in config.items() if value is not None}
@@ -195,18 +193,10 @@ LOADER_MISTAKES = {
 }
 
 
-@pytest.mark.parametrize("mistake", LOADER_MISTAKES)
-def test_each_loader_mistake_moves_the_logits_far(mistake, checkpoint):
-    name, change, mistaken_params = LOADER_MISTAKES[mistake]
-    assert mistake_distance(checkpoint(name), change, mistaken_params) > MISTAKE_MIN
+test_each_loader_mistake_moves_the_logits_far = mistake_test(LOADER_MISTAKES)
 
 
-@pytest.mark.parametrize("name", VARIANTS)
-def test_memory_arithmetic_counts_every_parameter(name, checkpoint):
-    """`tinyinfer memory` counts from the config alone: biases (Phi's LM head's too), OLMo 2's two norms per layer
-    and q/k norms, Phi's one norm per layer."""
-    model = tinyinfer.load(checkpoint(name))
-    assert param_count(model.config) == model.n_params
+test_memory_arithmetic_counts_every_parameter = memory_test(VARIANTS)
 
 
 SIZES = {"vocab_size": 300, "hidden_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -321,8 +311,8 @@ def test_gpt_neox_hub_file_layout_loads(checkpoint, tmp_path):
     tensors = safetensors.torch.load_file(folder / "model.safetensors")
     assert "embed_out.weight" not in tensors  # saved tied: the table only
     tensors["embed_out.weight"] = torch.randn(tensors["gpt_neox.embed_in.weight"].shape) * make_tiny_models.INIT_STD
-    for i in range(BASE["num_hidden_layers"]):
-        n = BASE["max_position_embeddings"]
+    for i in range(TINY_CONFIG["num_hidden_layers"]):
+        n = TINY_CONFIG["max_position_embeddings"]
         tensors[f"gpt_neox.layers.{i}.attention.bias"] = torch.ones(1, 1, n, n, dtype=torch.bool).tril()
         tensors[f"gpt_neox.layers.{i}.attention.masked_bias"] = torch.tensor(-1e9)
         tensors[f"gpt_neox.layers.{i}.attention.rotary_emb.inv_freq"] = torch.ones(3)

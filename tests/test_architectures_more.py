@@ -30,12 +30,14 @@ import transformers
 from conftest import shared_data
 from tiny_models import (
     LOGITS_ATOL,
+    TINY_CONFIG,
+    WINDOW,
     build_with_transformers,
     built_once,
     generation_tests,
     hf_greedy,
     hf_logits,
-    make_tiny_models,
+    memory_test,
     mistake_distance,
     parity_tests,
     prompt_ids,
@@ -46,13 +48,7 @@ import tinyinfer.model
 from tinyinfer.config import config_from_hf
 from tinyinfer.errors import TinyInferError
 from tinyinfer.flash_attention import tiled_attention
-from tinyinfer.memory import param_count
 
-WINDOW = 6  # keys; far shorter than the 24-token prompts
-
-BASE = dict(vocab_size=make_tiny_models.VOCAB_SIZE, hidden_size=48, intermediate_size=96, num_hidden_layers=2,
-            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, rms_norm_eps=1e-5,
-            bos_token_id=1, eos_token_id=2, pad_token_id=0)
 GEMMA2 = dict(num_hidden_layers=3, head_dim=16, query_pre_attn_scalar=24, attn_logit_softcapping=8.0,
               final_logit_softcapping=5.0, sliding_window=WINDOW)
 
@@ -80,9 +76,9 @@ VARIANTS = {
 
 
 def build(folder, config_class: str, fields: dict, dtype: str = "float32"):
-    """BASE + `fields`, every parameter re-randomised; Gemma's gains (1 + weight) spread as the others'."""
+    """TINY_CONFIG + `fields`, every parameter re-randomised; Gemma's gains (1 + weight) spread as the others'."""
     norm_offset = 1.0 if config_class.startswith("Gemma") else 0.0
-    return build_with_transformers(folder, config_class, {**BASE, **fields}, dtype, norm_offset)
+    return build_with_transformers(folder, config_class, {**TINY_CONFIG, **fields}, dtype, norm_offset)
 
 
 @pytest.fixture(scope="module")
@@ -151,11 +147,7 @@ def test_tensors_read_under_the_wrong_names_move_the_logits_far(name, checkpoint
     assert mistake_distance(checkpoint(name), {}, swapped) > 10 * LOGITS_ATOL
 
 
-@pytest.mark.parametrize("name", VARIANTS)
-def test_memory_arithmetic_counts_every_parameter(name, checkpoint):
-    """`tinyinfer memory` counts from the config alone: Gemma 2's extra norms, Phi-3's fused matrices included."""
-    model = tinyinfer.load(checkpoint(name))
-    assert param_count(model.config) == model.n_params
+test_memory_arithmetic_counts_every_parameter = memory_test(VARIANTS)
 
 
 def test_config_fields_are_read_as_transformers_reads_them(checkpoint):

@@ -1,4 +1,4 @@
-"""StableLM, StarCoder2, Cohere and OLMo 1 against transformers, on tiny random checkpoints built here.
+"""StableLM, StarCoder2, Cohere, OLMo 1 and Falcon against transformers, on tiny random checkpoints built here.
 
 What each adds to the Llama body, and where the variants below make it matter:
 - stablelm (StableLM-3B-4E1T, StableLM 2): LayerNorm with biases, RoPE on a leading part of each head
@@ -14,7 +14,11 @@ What each adds to the Llama body, and where the variants below make it matter:
 - cohere2 (Command R7B): Cohere's block with three layers of four sliding through a window and rotating, the
   fourth attending to the whole context without RoPE;
 - olmo (OLMo 1): LayerNorms that learn nothing (no gain, no bias), q, k and v clamped to +-`clip_qkv` (2 here, which
-  most of their coordinates exceed), `attention_bias` on q, k, v and o.
+  most of their coordinates exceed), `attention_bias` on q, k, v and o;
+- falcon: LayerNorm with biases, a GELU MLP, `bias` on every linear layer but the head, q/k/v fused in groups (one
+  per key/value head: its query heads, its key, its value), and its three blocks: Falcon-7B's (parallel through one
+  norm, one key/value head with `multi_query`), the new architecture of Falcon-40B (parallel with two norms,
+  `num_kv_heads` groups; one norm with num_ln_in_parallel_attn 1, Falcon-11B) and the sequential one.
 
 Every parameter is re-randomised with a wide spread (weights_scripts/make_tiny_models.py says why). MISTAKES shows
 that undoing any switch moves the logits by more than MISTAKE_MIN, far past the tolerance, so the parity below is
@@ -31,28 +35,23 @@ import numpy as np
 import pytest
 import transformers
 from tiny_models import (
+    TINY_CONFIG,
+    WINDOW,
     build_with_transformers,
     built_once,
     generation_tests,
-    make_tiny_models,
-    mistake_distance,
+    memory_test,
+    mistake_test,
     parity_tests,
 )
 
-import tinyinfer
 from tinyinfer.config import config_from_hf
 from tinyinfer.errors import TinyInferError
-from tinyinfer.memory import param_count
-from tinyinfer.weights import _halves_order
+from tinyinfer.weights import _falcon_qkv_rows, _halves_order
 
-MISTAKE_MIN = 0.5  # what undoing a switch must move some logit by (logits here reach 3 to 10)
-WINDOW = 6  # keys; far shorter than the 24-token prompts
-
-BASE = dict(vocab_size=make_tiny_models.VOCAB_SIZE, hidden_size=48, intermediate_size=96, num_hidden_layers=2,
-            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, bos_token_id=1, eos_token_id=2,
-            pad_token_id=0)
 # head_dim 16: StableLM's default factor, 0.25, rotates 4 coordinates (transformers fails on an odd count)
 STABLELM2_12B = dict(hidden_size=64, use_qkv_bias=True, qk_layernorm=True, use_parallel_residual=True)
+FALCON_40B = dict(new_decoder_architecture=True, num_kv_heads=2, bias=True)
 COMMAND_R_QK_NORM = dict(logit_scale=0.8, use_qk_norm=True, attention_bias=True, tie_word_embeddings=False)
 
 # name -> (transformers config class, fields, stored dtype)
@@ -73,16 +72,23 @@ VARIANTS = {
     "olmo_clip": ("OlmoConfig", {"clip_qkv": 2.0}, "float32"),
     "olmo_bias_tied_no_clip": ("OlmoConfig", {"attention_bias": True, "tie_word_embeddings": True}, "float32"),
     "olmo_bf16": ("OlmoConfig", {"clip_qkv": 2.0}, "bfloat16"),
+    "falcon7b_multi_query": ("FalconConfig", {}, "float32"),
+    "falcon40b_grouped_bias": ("FalconConfig", FALCON_40B, "float32"),
+    "falcon11b_one_norm_untied": ("FalconConfig", {**FALCON_40B, "bias": False, "num_ln_in_parallel_attn": 1,
+                                                   "tie_word_embeddings": False}, "float32"),
+    "falcon_sequential_mha_bias": ("FalconConfig", {"parallel_attn": False, "multi_query": False, "bias": True},
+                                   "float32"),
+    "falcon_bf16": ("FalconConfig", FALCON_40B, "bfloat16"),
 }
 ONE_PER_FAMILY = ["stablelm2_qk_norm_parallel", "starcoder2_window_no_bias_untied", "cohere_qk_norm_bias_untied",
-                  "cohere2", "olmo_clip"]
+                  "cohere2", "olmo_clip", "falcon40b_grouped_bias"]
 
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
     """`checkpoint(name) -> Path`, each variant built once for this module."""
     return built_once(tmp_path_factory.mktemp("architectures_stablelm"), lambda name, folder: build_with_transformers(
-        folder, VARIANTS[name][0], {**BASE, **VARIANTS[name][1]}, VARIANTS[name][2]))
+        folder, VARIANTS[name][0], {**TINY_CONFIG, **VARIANTS[name][1]}, VARIANTS[name][2]))
 
 
 test_logits_match_transformers_at_every_position, test_cached_decode_equals_full_recompute = parity_tests(VARIANTS)
@@ -99,6 +105,22 @@ def _cohere_columns(cfg) -> np.ndarray:
     q_dim, kv_dim = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
     q_order, k_order = _halves_order(cfg.n_heads, cfg.head_dim), _halves_order(cfg.n_kv_heads, cfg.head_dim)
     return np.concatenate([q_order, q_dim + k_order, q_dim + kv_dim + np.arange(kv_dim)])
+
+
+def _falcon_qkv_in_file_order(params: dict, cfg) -> dict:
+    """q, k, v columns in the file's row order (group by group) instead of tinyinfer's [all q | all k | all v]."""
+    to_file_order = np.argsort(_falcon_qkv_rows(cfg))
+
+    def reorder(layer):
+        wrong = dict(layer, qkv=layer["qkv"][:, to_file_order])
+        return wrong if "qkv_bias" not in layer else dict(wrong, qkv_bias=layer["qkv_bias"][to_file_order])
+
+    return _layers(params, reorder)
+
+
+def _the_one_norm_twice(params: dict, cfg) -> dict:
+    """A parallel block's one norm read as a sequential block's two (what a Llama-style reading would do)."""
+    return _layers(params, lambda layer: dict(layer, mlp_norm=layer["attn_norm"]))
 
 
 def _unit_gain(cfg) -> dict:
@@ -122,8 +144,7 @@ MISTAKES = {
         _layers(params, lambda layer: dict(layer, q_norm=layer["q_norm"][0], k_norm=layer["k_norm"][0])))),
     # a sequential block through the one norm
     "stablelm2-sequential": ("stablelm2_qk_norm_parallel", {"parallel_residual": False, "shared_input_norm": False},
-                             lambda params, cfg: _layers(params, lambda layer: dict(layer,
-                                                                                     mlp_norm=layer["attn_norm"]))),
+                             _the_one_norm_twice),
     "starcoder2-rms_norm": ("starcoder2", {"norm": "rmsnorm"}, None),
     "starcoder2-no_biases": ("starcoder2", {}, lambda params, cfg: _layers(params, lambda layer: {
         key: value for key, value in dict(layer, mlp=_unbiased(layer["mlp"])).items() if not key.endswith("_bias")})),
@@ -133,7 +154,7 @@ MISTAKES = {
     "cohere-rope_pairs_as_in_the_file": ("cohere", {}, lambda params, cfg: _layers(params, lambda layer: dict(
         layer, qkv=layer["qkv"][:, np.argsort(_cohere_columns(cfg))]))),
     "cohere-sequential": ("cohere", {"parallel_residual": False, "shared_input_norm": False},
-                          lambda params, cfg: _layers(params, lambda layer: dict(layer, mlp_norm=layer["attn_norm"]))),
+                          _the_one_norm_twice),
     "cohere-no_qk_norm": ("cohere_qk_norm_bias_untied", {"qk_norm": False}, None),
     "cohere2-rope_everywhere": ("cohere2", {"nope_layers": []}, None),
     "cohere2-no_window": ("cohere2", {"layer_types": ["full_attention"] * 4}, None),
@@ -142,21 +163,19 @@ MISTAKES = {
     "olmo-rms_norm": ("olmo_bias_tied_no_clip", {"norm": "rmsnorm"}, lambda params, cfg: dict(
         _layers(params, lambda layer: dict(layer, attn_norm=_unit_gain(cfg), mlp_norm=_unit_gain(cfg))),
         final_norm=_unit_gain(cfg))),
+    "falcon40b-qkv_in_file_order": ("falcon40b_grouped_bias", {}, _falcon_qkv_in_file_order),
+    "falcon_mha-qkv_in_file_order": ("falcon_sequential_mha_bias", {}, _falcon_qkv_in_file_order),
+    "falcon7b-sequential": ("falcon7b_multi_query", {"parallel_residual": False, "shared_input_norm": False},
+                            _the_one_norm_twice),
+    "falcon40b-one_norm": ("falcon40b_grouped_bias", {"shared_input_norm": True}, None),
+    "falcon_mha-parallel": ("falcon_sequential_mha_bias", {"parallel_residual": True}, None),
 }
 
 
-@pytest.mark.parametrize("mistake", MISTAKES)
-def test_each_switch_matters(mistake, checkpoint):
-    name, change, mistaken_params = MISTAKES[mistake]
-    assert mistake_distance(checkpoint(name), change, mistaken_params) > MISTAKE_MIN
+test_each_switch_matters = mistake_test(MISTAKES)
 
 
-@pytest.mark.parametrize("name", VARIANTS)
-def test_memory_arithmetic_counts_every_parameter(name, checkpoint):
-    """`tinyinfer memory` counts from the config alone: LayerNorm biases, a q/k gain per head, one norm per layer
-    in a parallel block."""
-    model = tinyinfer.load(checkpoint(name))
-    assert param_count(model.config) == model.n_params
+test_memory_arithmetic_counts_every_parameter = memory_test(VARIANTS)
 
 
 SIZES = {"vocab_size": 300, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -258,6 +277,40 @@ def test_olmo_config_file_reads():
 def test_olmo_clip_qkv_must_be_a_positive_number(clip):
     with pytest.raises(TinyInferError, match=f"clip_qkv={clip!r} must be a positive number"):
         config_from_hf({**SIZES, "model_type": "olmo", "clip_qkv": clip})
+
+
+def test_falcon_config_files_read():
+    """The fields of falcon-7b's and falcon-40b's config.json (sizes shrunk), and a bare one read with
+    FalconConfig's defaults."""
+    falcon = {"vocab_size": 300, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+              "model_type": "falcon", "alibi": False, "apply_residual_connection_post_layernorm": False, "bias": False,
+              "hidden_dropout": 0.0, "layer_norm_epsilon": 1e-05, "bos_token_id": 11, "eos_token_id": 11}
+    falcon_7b = config_from_hf({**falcon, "multi_query": True, "new_decoder_architecture": False,
+                                "parallel_attn": True})
+    assert (falcon_7b.n_kv_heads, falcon_7b.parallel_residual, falcon_7b.shared_input_norm, falcon_7b.d_ff) == (
+        1, True, True, 256)
+    assert (falcon_7b.norm, falcon_7b.activation, falcon_7b.qkv_bias, falcon_7b.tie_word_embeddings) == (
+        "layernorm", "gelu", False, True)
+    falcon_40b = config_from_hf({**falcon, "new_decoder_architecture": True, "num_kv_heads": 2, "parallel_attn": True})
+    assert (falcon_40b.n_kv_heads, falcon_40b.parallel_residual, falcon_40b.shared_input_norm) == (2, True, False)
+    bare = config_from_hf({key: value for key, value in falcon.items() if key in SIZES or key == "model_type"})
+    theirs = transformers.FalconConfig(**{key: value for key, value in falcon.items() if key in SIZES})
+    assert (bare.rope_theta, bare.max_seq_len, bare.norm_eps, bare.d_ff, bare.tie_word_embeddings) == (
+        theirs.rope_parameters["rope_theta"], theirs.max_position_embeddings, theirs.layer_norm_epsilon,
+        theirs.ffn_hidden_size, theirs.tie_word_embeddings)
+    assert (bare.n_kv_heads, bare.parallel_residual, bare.qkv_bias) == (1, theirs.parallel_attn, theirs.bias)
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"alibi": True}, "alibi=true .ALiBi position biases"),
+    ({"new_decoder_architecture": True, "parallel_attn": False}, "new_decoder_architecture=true needs parallel_attn"),
+    ({"num_ln_in_parallel_attn": 2}, "num_ln_in_parallel_attn=2 is not supported"),
+    ({"new_decoder_architecture": True, "num_ln_in_parallel_attn": 3}, "num_ln_in_parallel_attn=3 is not supported"),
+    ({"multi_query": False, "num_kv_heads": 2}, "num_kv_heads=2 needs new_decoder_architecture=true"),
+])
+def test_falcon_variants_tinyinfer_cannot_honour_are_refused_by_name(fields, message):
+    with pytest.raises(TinyInferError, match=message):
+        config_from_hf({**SIZES, "model_type": "falcon", **fields})
 
 
 @pytest.mark.parametrize("scale", [None, 0, -0.5, "big"])

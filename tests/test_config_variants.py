@@ -238,7 +238,8 @@ def test_defaults_are_those_of_the_transformers_config_classes(model_type):
 # gemma3_text (RoPE per layer type) is checked the same way by tests/test_gemma3.py, gpt_neox and phi (LayerNorm)
 # by tests/test_architectures_granite_smollm3_olmo2.py, the other LayerNorm families by
 # tests/test_architectures_stablelm_starcoder2_cohere.py
-LAYERNORM_FAMILIES = ("gpt2", "gpt_neox", "phi", "stablelm", "starcoder2", "cohere", "cohere2", "olmo")
+LAYERNORM_FAMILIES = ("gpt2", "gpt_neox", "phi", "stablelm", "starcoder2", "cohere", "cohere2", "olmo",
+                      "falcon")
 
 
 @pytest.mark.parametrize("model_type", [t for t in HF_DEFAULTS if t not in ("gemma3_text", *LAYERNORM_FAMILIES)])

@@ -24,6 +24,7 @@ import transformers
 
 import tinyinfer
 from tinyinfer.engine import LLM
+from tinyinfer.memory import param_count
 from tinyinfer.model import Model, SeqChunk, map_arrays
 from tinyinfer.sampling import SamplingParams
 
@@ -62,6 +63,14 @@ def built_once(root: Path, build):
 def tiny_checkpoint(tmp_path_factory):
     """`tiny_checkpoint(name) -> Path`: the folder of VARIANTS[name], built once per session."""
     return built_once(tmp_path_factory.mktemp("tiny_models"), make_tiny_models.build_variant)
+
+
+# The architecture tests' checkpoints built with transformers: two layers, head_dim 12, grouped-query attention
+TINY_CONFIG = dict(vocab_size=make_tiny_models.VOCAB_SIZE, hidden_size=48, intermediate_size=96, num_hidden_layers=2,
+                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, rms_norm_eps=1e-5,
+                   bos_token_id=1, eos_token_id=2, pad_token_id=0)
+WINDOW = 6  # keys of a sliding window: far shorter than the tests' 24-token prompts
+MISTAKE_MIN = 0.5  # what undoing a switch must move some logit by (logits of these checkpoints reach 3 to 10)
 
 
 def build_with_transformers(folder: Path, config_class: str, fields: dict, dtype: str = "float32",
@@ -182,6 +191,8 @@ def assert_cached_decode_equals_full_recompute(folder, n: int = 20) -> None:
 #         parity_tests(VARIANTS)
 #     test_greedy_tokens_equal_transformers_generate, test_serving_engine_gives_the_greedy_tokens_of_generate = \
 #         generation_tests(ONE_PER_FAMILY)
+#     test_memory_arithmetic_counts_every_parameter = memory_test(VARIANTS)
+#     test_each_loader_mistake_moves_the_logits_far = mistake_test(LOADER_MISTAKES)
 
 def parity_tests(variants, n: int = 24) -> tuple:
     """Logits against transformers, and cached decode against full recompute, on every variant (n-token prompts)."""
@@ -207,3 +218,24 @@ def generation_tests(variants) -> tuple:
         assert_serving_engine_gives_the_greedy_tokens_of_generate(checkpoint(name))
 
     return test_greedy_tokens_equal_transformers_generate, test_serving_engine_gives_the_greedy_tokens_of_generate
+
+
+def memory_test(variants):
+    """`tinyinfer memory` counts a model's parameters from its config alone: every variant's loaded count."""
+    @pytest.mark.parametrize("name", variants)
+    def test_memory_arithmetic_counts_every_parameter(name, checkpoint):
+        model = tinyinfer.load(checkpoint(name))
+        assert param_count(model.config) == model.n_params
+
+    return test_memory_arithmetic_counts_every_parameter
+
+
+def mistake_test(mistakes: dict):
+    """Each mistake, `name -> (variant, Config change, parameter change or None)` (see `mistake_distance`), moves
+    some logit by more than MISTAKE_MIN: the variants would catch a loader that made it."""
+    @pytest.mark.parametrize("mistake", mistakes)
+    def test_each_mistake_moves_the_logits_far(mistake, checkpoint):
+        name, change, mistaken_params = mistakes[mistake]
+        assert mistake_distance(checkpoint(name), change, mistaken_params) > MISTAKE_MIN
+
+    return test_each_mistake_moves_the_logits_far

@@ -410,7 +410,7 @@ def _olmo2(c: dict) -> dict:
 
 # ---------------------------------------------------------------------------------------------------------------
 # LayerNorm families, most with parallel blocks: GPT-NeoX (Pythia), Phi (Phi-1.5, Phi-2), StableLM, StarCoder2,
-# Cohere
+# Falcon, Cohere
 # ---------------------------------------------------------------------------------------------------------------
 
 def _gpt_neox(c: dict) -> dict:
@@ -473,6 +473,50 @@ def _stablelm(c: dict) -> dict:
 
 
 STABLELM_PARTIAL_ROTARY_FACTOR = 0.25  # StableLmConfig's default (not a field of the class)
+
+
+def _falcon(c: dict) -> dict:
+    """Falcon: LayerNorms with biases, RoPE on whole heads, an ungated MLP (dense_h_to_4h, GELU, dense_4h_to_h),
+    with `bias` biases on every linear layer but the head, q/k/v fused in groups (tinyinfer/weights.py), and three
+    blocks:
+
+        new_decoder_architecture  (Falcon-40B, 180B)  parallel; `num_kv_heads` groups; two norms per layer
+                                  (ln_attn, ln_mlp), or one when num_ln_in_parallel_attn is 1 (Falcon-11B)
+        parallel_attn             (Falcon-7B)         parallel through one norm; one key/value head when
+                                                      `multi_query`, else one per query head
+        neither                                       sequential, two norms per layer
+
+    What transformers itself cannot run (a new-architecture block that is not parallel, two parallel norms in the
+    old one, grouped heads without the new architecture) and ALiBi are refused by name."""
+    if c["alibi"]:
+        raise TinyInferError("config.json (falcon): alibi=true (ALiBi position biases instead of RoPE, as in "
+                             "Falcon-RW) is not supported; only the rotary Falcon models are")
+    new, parallel, n_norms = c["new_decoder_architecture"], c["parallel_attn"], c["num_ln_in_parallel_attn"]
+    n_norms = 2 if n_norms is None and new else n_norms
+    if new and not parallel:
+        raise TinyInferError("config.json (falcon): new_decoder_architecture=true needs parallel_attn=true "
+                             "(transformers cannot run the other combination); fix config.json")
+    if n_norms not in ((1, 2) if new else (None, 1)):
+        raise TinyInferError(f"config.json (falcon): num_ln_in_parallel_attn={c['num_ln_in_parallel_attn']!r} is not "
+                             "supported; use 1 or 2 with new_decoder_architecture, null (or 1) without")
+    d, n_heads = c["hidden_size"], c["num_attention_heads"]
+    n_kv = (c["num_kv_heads"] or n_heads) if new else (1 if c["multi_query"] else n_heads)
+    if not new and not c["multi_query"] and c["num_kv_heads"] not in (None, n_heads):
+        raise TinyInferError(f"config.json (falcon): num_kv_heads={c['num_kv_heads']} needs "
+                             "new_decoder_architecture=true (the old block has one key/value head per query head, "
+                             "or one in all with multi_query)")
+    if d % n_heads:
+        raise TinyInferError(f"config.json (falcon): hidden_size={d} is not a multiple of "
+                             f"num_attention_heads={n_heads}")
+    theta, scaling = _rope(c)
+    return dict(
+        vocab_size=c["vocab_size"], d_model=d, n_layers=c["num_hidden_layers"], n_heads=n_heads, n_kv_heads=n_kv,
+        head_dim=d // n_heads, d_ff=c["ffn_hidden_size"] or 4 * d, max_seq_len=c["max_position_embeddings"],
+        norm="layernorm", norm_eps=c["layer_norm_epsilon"], activation=_activation(c["activation"]), mlp="gelu_mlp",
+        rope_theta=theta, rope_scaling=scaling, qkv_bias=c["bias"], o_bias=c["bias"], mlp_bias=c["bias"],
+        parallel_residual=parallel, shared_input_norm=parallel and n_norms != 2,
+        tie_word_embeddings=c["tie_word_embeddings"],
+    )
 
 
 def _starcoder2(c: dict) -> dict:
@@ -739,6 +783,9 @@ HF_DEFAULTS = {
     "starcoder2": dict(max_position_embeddings=4096, norm_epsilon=1e-5, hidden_act="gelu_pytorch_tanh",
                        rope_theta=10000.0, tie_word_embeddings=True, num_key_value_heads=2, sliding_window=None,
                        use_bias=True),
+    "falcon": dict(max_position_embeddings=2048, layer_norm_epsilon=1e-5, rope_theta=10000.0, num_kv_heads=None,
+                   alibi=False, new_decoder_architecture=False, multi_query=True, parallel_attn=True, bias=False,
+                   ffn_hidden_size=None, activation="gelu", tie_word_embeddings=True, num_ln_in_parallel_attn=None),
     "cohere": dict(max_position_embeddings=8192, layer_norm_eps=1e-5, hidden_act="silu", rope_theta=500000.0,
                    tie_word_embeddings=True, num_key_value_heads=None, attention_bias=False, use_qk_norm=False,
                    logit_scale=0.0625),
@@ -770,6 +817,7 @@ HF_CONFIG_READERS = {
     "phi": _phi,
     "stablelm": _stablelm,
     "starcoder2": _starcoder2,
+    "falcon": _falcon,
     "cohere": _cohere,
     "cohere2": _cohere2,
 }

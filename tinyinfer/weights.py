@@ -64,7 +64,8 @@ def linear(get: Getter, name: str, d_in: int, d_out: int) -> np.ndarray:
     return np.ascontiguousarray(get(name, (d_out, d_in)).T)  # [out, in] -> [in, out]
 
 
-EMBEDDING_NAMES = {"gpt2": "wte.weight", "gpt_neox": "gpt_neox.embed_in.weight"}  # the others: Llama's
+EMBEDDING_NAMES = {"gpt2": "wte.weight", "gpt_neox": "gpt_neox.embed_in.weight",
+                   "falcon": "transformer.word_embeddings.weight"}  # the others: Llama's
 
 
 def embedding_name(cfg: Config) -> str:
@@ -155,6 +156,49 @@ def _neox_qkv(w: np.ndarray, cfg: Config) -> np.ndarray:
     H, hd = cfg.n_heads, cfg.head_dim
     per_head = w.reshape(H, 3, hd, *w.shape[1:])  # [3d, ...] -> [H, 3, hd, ...]
     return per_head.swapaxes(0, 1).reshape(w.shape)  # -> [3, H, hd, ...] -> [3d, ...]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Falcon: LayerNorm, nn.Linear layers (biases with `bias`); q, k and v fused in groups.
+# ---------------------------------------------------------------------------------------------------------------
+
+def falcon_params(get: Getter, cfg: Config) -> dict:
+    d, V, ff = cfg.d_model, cfg.vocab_size, cfg.d_ff
+    rows = _falcon_qkv_rows(cfg)
+    width = (cfg.n_heads + 2 * cfg.n_kv_heads) * cfg.head_dim
+    norm_names = ({"attn_norm": "input_layernorm"} if cfg.shared_input_norm else
+                  {"attn_norm": "ln_attn", "mlp_norm": "ln_mlp"} if cfg.parallel_residual else NORM_NAMES)
+    layers = []
+    for i in range(cfg.n_layers):
+        p = f"transformer.h.{i}"
+        layer = {key: norm(get, f"{p}.{name}", cfg) for key, name in norm_names.items()}
+        layer |= {"qkv": np.ascontiguousarray(get(f"{p}.self_attention.query_key_value.weight", (width, d))[rows].T),
+                  "o": linear(get, f"{p}.self_attention.dense.weight", d, d),
+                  "mlp": biased_mlp(get, f"{p}.mlp.dense_h_to_4h", f"{p}.mlp.dense_4h_to_h", d, ff, cfg.mlp_bias)}
+        if cfg.qkv_bias:  # with o's: `bias`
+            layer["qkv_bias"] = get(f"{p}.self_attention.query_key_value.bias", (width,))[rows]
+            layer["o_bias"] = get(f"{p}.self_attention.dense.bias", (d,))
+        layers.append(layer)
+    embed = embedding_table(get, cfg)
+    lm_head = embed.T if cfg.tie_word_embeddings else linear(get, "lm_head.weight", d, V)
+    return {"embed": embed, "layers": layers, "final_norm": norm(get, "transformer.ln_f", cfg), "lm_head": lm_head}
+
+
+def _falcon_qkv_rows(cfg: Config) -> np.ndarray:
+    """Falcon's query_key_value rows come in groups, one per key/value head: the group's query heads, then its key,
+    then its value (Falcon-40B: 8 groups of 16 + 2 heads; Falcon-7B's multi-query: one group of 71 + 2; without
+    multi_query, one group per head, [q, k, v]). The file's row behind each of tinyinfer's [all q | all k | all v].
+
+    >>> from tinyinfer.config import Config
+    >>> _falcon_qkv_rows(Config("falcon", 10, 4, 1, 2, 1, 1, 4, 8)).tolist()  # 2 query heads, 1 group, head_dim 1
+    [0, 1, 2, 3]
+    >>> _falcon_qkv_rows(Config("falcon", 10, 4, 1, 2, 2, 1, 4, 8)).tolist()  # a group per head: q0 k0 v0 q1 k1 v1
+    [0, 3, 1, 4, 2, 5]
+    """
+    per_group = cfg.n_heads // cfg.n_kv_heads
+    heads = np.arange(cfg.n_kv_heads * (per_group + 2)).reshape(cfg.n_kv_heads, per_group + 2)  # the file's, by group
+    order = np.concatenate([heads[:, :per_group].ravel(), heads[:, per_group], heads[:, per_group + 1]])  # q, k, v
+    return (order[:, None] * cfg.head_dim + np.arange(cfg.head_dim)).ravel()  # heads -> rows
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -378,6 +422,7 @@ PARAM_BUILDERS = {
     "phi": (phi_params, ()),
     "stablelm": (llama_params, ()),
     "starcoder2": (starcoder2_params, ()),
+    "falcon": (falcon_params, ()),
     "cohere": (cohere_params, ()),
     "cohere2": (cohere_params, ()),
 }
