@@ -156,7 +156,7 @@ SIZE_FIELDS = {"vocab_size": "vocab_size", "d_model": "hidden_size / n_embd", "n
 # config.json keys that size arrays, in every dialect; None (null) means "derive it" for the optional ones
 HF_SIZE_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
                 "max_position_embeddings", "n_embd", "n_layer", "n_head", "n_positions")
-HF_OPTIONAL_SIZE_KEYS = ("num_key_value_heads", "head_dim", "n_inner")
+HF_OPTIONAL_SIZE_KEYS = ("num_key_value_heads", "head_dim", "n_inner", "num_kv_heads", "ffn_hidden_size")
 
 
 def _check_hf_sizes(c: dict) -> None:

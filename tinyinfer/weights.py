@@ -5,9 +5,11 @@ model code reads, checking every shape on the way:
 
     params = {
         "embed": [vocab, d],  "pos_embed": [max_len, d] (GPT-2 only),
-        "layers": [{"attn_norm"?: {"weight", "bias"?}, "qkv": [d, (H + 2*KV)*hd], "o": [H*hd, d],
-                    "qkv_bias"?, "o_bias"?, "q_norm"?, "k_norm"?,
-                    "mlp_norm"? (all but OLMo 2): {...}, "mlp": {"gate"?, "up", "down", "up_bias"?, "down_bias"?},
+        "layers": [{"attn_norm"?: {"weight"?, "bias"?} (what its kind learns: NORM_PARAMS; OLMo 1's nothing),
+                    "qkv": [d, (H + 2*KV)*hd], "o": [H*hd, d], "qkv_bias"?, "o_bias"?,
+                    "q_norm"?, "k_norm"?: [hd], [heads*hd] or [heads, hd] (see `qk_norm_weight`),
+                    "mlp_norm"? (all but OLMo 2 and the one-norm parallel blocks): {...},
+                    "mlp": {"gate"?, "up", "down", "up_bias"?, "down_bias"?},
                     "post_attn_norm"?, "post_mlp_norm"? (Gemma 2, OLMo 2: on each sublayer's output)}, ...],
         a Mixture-of-Experts layer's "mlp": {"router": [d, E], "experts": [{"gate", "up", "down"} x E],
                                              "shared"?: {"gate", "up", "down"}, "shared_gate"?: [d, 1]},
@@ -18,7 +20,9 @@ Linear weights are stored as [in, out] so every projection reads `x @ w` (PyTorc
 [out, in]: those are transposed once, at load). The q, k and v projections read the same input, so they
 are stacked side by side into one "qkv" matrix (GPT-2's c_attn and Phi-3's qkv_proj already are): one
 matrix-vector product instead of three, which streams faster. Phi-3's fused gate_up_proj is split into
-gate and up (its first and second halves). Tied embeddings share the embedding table, no copy.
+gate and up (its first and second halves). Files that fuse q, k and v in another order (GPT-NeoX and Falcon
+by head or group, Cohere's q and k rotating neighbouring pairs) are reordered into this one at load, so the model
+code knows one layout. Tied embeddings share the embedding table, no copy.
 `arrange_for_matvec` then picks each weight's memory order (not its shape) for the fastest decode step.
 """
 
