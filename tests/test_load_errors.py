@@ -50,9 +50,9 @@ def load_error(path) -> str:
 
 
 def test_unknown_model_type_lists_the_supported_ones(checkpoint):
-    edit_config(checkpoint, model_type="falcon")
+    edit_config(checkpoint, model_type="mamba")
     message = load_error(checkpoint)
-    assert "falcon" in message
+    assert "mamba" in message
     assert all(name in message for name in SUPPORTED)
 
 
@@ -104,7 +104,7 @@ def test_missing_config_json(checkpoint):
 @pytest.mark.parametrize("damage", ["no such folder", "unknown model_type"])
 def test_cli_prints_one_line_and_fails_without_traceback(checkpoint, tmp_path, damage):
     if damage == "unknown model_type":
-        edit_config(checkpoint, model_type="falcon")
+        edit_config(checkpoint, model_type="mamba")
     model = checkpoint if damage == "unknown model_type" else tmp_path / "missing"
     run = subprocess.run(
         [sys.executable, "-m", "tinyinfer", "generate", "--model", str(model), "x"],
@@ -115,4 +115,4 @@ def test_cli_prints_one_line_and_fails_without_traceback(checkpoint, tmp_path, d
     assert "Traceback" not in run.stderr
     lines = run.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:"), run.stderr
-    assert ("falcon" if damage == "unknown model_type" else "missing") in lines[0]
+    assert ("mamba" if damage == "unknown model_type" else "missing") in lines[0]
