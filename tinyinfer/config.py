@@ -51,8 +51,9 @@ class Config:
     o_bias: bool = False
     mlp_bias: bool = False
     qk_norm: bool = False  # Qwen3: RMSNorm over each head of q and k before RoPE
-    qk_norm_span: str = "head"  # "head" (Qwen3: each head alone) | "full" (OLMoE: the whole projection at once)
-    # | "each_head" (StableLM, Cohere: each head alone, with a weight of its own)
+    # what q's and k's norms span: "head" (Qwen3: each head alone, one gain for all), "full" (OLMoE: the whole
+    # projection at once), "each_head" (StableLM, Cohere: each head alone, each with a gain of its own)
+    qk_norm_span: str = "head"
     qk_norm_kind: str | None = None  # the q/k norms' kind, when not `norm` (StableLM: LayerNorms without bias)
     sliding_window: int | None = None
     clip_qkv: float | None = None  # OLMo 1: q, k and v clamped to [-clip_qkv, clip_qkv] after their projections
