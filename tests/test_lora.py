@@ -174,13 +174,18 @@ FAMILY_ADAPTERS = {
     "phi": ("PhiConfig", {"partial_rotary_factor": 0.5}, ["q_proj", "k_proj", "v_proj", "dense", "fc1", "fc2"]),
     "phi3": ("Phi3Config", {"num_key_value_heads": 2}, ["qkv_proj", "o_proj", "gate_up_proj", "down_proj"]),
     "gpt_neox": ("GPTNeoXConfig", {"rotary_pct": 0.5}, ["query_key_value", "dense", "dense_h_to_4h", "dense_4h_to_h"]),
+    "falcon": ("FalconConfig", {"new_decoder_architecture": True, "num_kv_heads": 2},
+               ["query_key_value", "dense", "dense_h_to_4h", "dense_4h_to_h"]),
+    "cohere": ("CohereConfig", {"num_key_value_heads": 2, "use_qk_norm": True}, LLAMA_TARGETS),
+    "starcoder2": ("Starcoder2Config", {"num_key_value_heads": 2}, ["q_proj", "k_proj", "v_proj", "o_proj", "c_fc", "c_proj"]),
 }
 
 
 @pytest.mark.parametrize("family", FAMILY_ADAPTERS)
 def test_adapters_under_each_familys_module_names_match_peft(family, tmp_path):
-    """Phi's dense/fc1/fc2, Phi-3's fused qkv_proj and gate_up_proj (split into q|k|v columns and tinyinfer's
-    separate gate and up), GPT-NeoX's query_key_value (its heads reordered at load, lora_B's rows with them)."""
+    """Phi's dense/fc1/fc2, Phi-3's fused qkv_proj and gate_up_proj (split into tinyinfer's separate gate and up),
+    StarCoder2's c_fc/c_proj, and the projections whose rows the loader reorders, lora_B's rows with them:
+    GPT-NeoX's query_key_value (by head), Falcon's (by group), Cohere's q_proj and k_proj (RoPE pairs)."""
     config_class, fields, targets = FAMILY_ADAPTERS[family]
     folder = build_with_transformers(tmp_path / family, config_class, dict(
         vocab_size=make_tiny_models.VOCAB_SIZE, hidden_size=48, intermediate_size=96, num_hidden_layers=2,

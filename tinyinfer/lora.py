@@ -28,8 +28,8 @@ Files: the PEFT layout Hugging Face uses, a folder with adapter_config.json (r, 
 rank_pattern, alpha_pattern, ...) and adapter_model.safetensors, whose tensors are named
 `base_model.model.<module>.lora_A.weight` [r, in] and `...lora_B.weight` [out, r]. Supported modules: the
 attention and MLP projections of the dense architectures, under each family's names (q/k/v/o_proj and
-gate/up/down_proj; Phi-3's fused qkv_proj and gate_up_proj; Phi's dense, fc1, fc2; GPT-NeoX's query_key_value,
-dense, dense_h_to_4h, dense_4h_to_h; GPT-2's c_attn, c_proj, c_fc). Options that change the math otherwise (DoRA, trained biases, extra trained modules) are refused.
+gate/up/down_proj; Phi-3's fused qkv_proj and gate_up_proj; Phi's dense, fc1, fc2; StarCoder2's c_fc, c_proj;
+GPT-NeoX's and Falcon's query_key_value, dense, dense_h_to_4h, dense_4h_to_h; GPT-2's c_attn, c_proj, c_fc). Options that change the math otherwise (DoRA, trained biases, extra trained modules) are refused.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from tinyinfer.backend import to_device
 from tinyinfer.errors import TinyInferError
 from tinyinfer.resolve import BUILTIN_DIR
 from tinyinfer.safetensors_io import Checkpoint
-from tinyinfer.weights import _neox_qkv
+from tinyinfer.weights import PARAM_BUILDERS, _falcon_qkv_rows, _halves_order, _neox_qkv, cohere_params
 
 
 @dataclass
@@ -238,26 +238,43 @@ def _pairs(names: list[str]) -> dict[str, dict[str, str]]:
 ALL = slice(None)
 
 
+# Where the loader reorders a projection's output rows (tinyinfer/weights.py), lora_B's rows follow the same order,
+# taken from the loader itself:
 def _qkv_rows_of_neox(cfg) -> np.ndarray:
-    """Where each of tinyinfer's stacked q|k|v rows sits in GPT-NeoX's head-by-head query_key_value: the
-    loader's reordering of the weight (tinyinfer/weights.py), applied to row numbers, reorders lora_B's rows."""
+    """GPT-NeoX's head-by-head query_key_value: the loader's reordering applied to row numbers."""
     return _neox_qkv(np.arange(3 * cfg.d_model), cfg)
+
+
+def _qk_rows(cfg, part: str):
+    """The rows of q_proj, k_proj or v_proj as loaded: Cohere's q and k coordinates are reordered per head from
+    interleaved RoPE pairs into halves (weights.cohere_attention); every other model keeps them."""
+    if part == "v" or PARAM_BUILDERS[cfg.model_type][0] is not cohere_params:
+        return ALL
+    return _halves_order(cfg.n_heads if part == "q" else cfg.n_kv_heads, cfg.head_dim)
 
 
 # module name (after the PEFT prefix) -> where its update lands, as a list of (layer index, path to the weight in
 # the layer, which output columns of that weight, which rows of lora_B): q, k and v share one stacked matrix;
-# Phi-3's fused gate_up_proj splits into tinyinfer's gate and up; GPT-NeoX's heads are reordered at load
+# Phi-3's fused gate_up_proj splits into tinyinfer's gate and up; rows the loader reorders are reordered alike
 MODULE_PATTERNS = [
-    (r"(?:model\.)?layers\.(\d+)\.self_attn\.([qkv])_proj", lambda cfg, i, part: [(i, ("qkv",), _qkv_columns(cfg, part), ALL)]),
+    (r"(?:model\.)?layers\.(\d+)\.self_attn\.([qkv])_proj",
+     lambda cfg, i, part: [(i, ("qkv",), _qkv_columns(cfg, part), _qk_rows(cfg, part))]),
     (r"(?:model\.)?layers\.(\d+)\.self_attn\.qkv_proj", lambda cfg, i: [(i, ("qkv",), ALL, ALL)]),  # Phi-3
     (r"(?:model\.)?layers\.(\d+)\.self_attn\.(?:o_proj|dense)", lambda cfg, i: [(i, ("o",), ALL, ALL)]),  # Phi: dense
     (r"(?:model\.)?layers\.(\d+)\.mlp\.(gate|up|down)_proj", lambda cfg, i, name: [(i, ("mlp", name), ALL, ALL)]),
     (r"(?:model\.)?layers\.(\d+)\.mlp\.gate_up_proj", lambda cfg, i: [  # Phi-3: [gate; up] rows in one matrix
         (i, ("mlp", "gate"), ALL, slice(0, cfg.d_ff)), (i, ("mlp", "up"), ALL, slice(cfg.d_ff, 2 * cfg.d_ff))]),
     (r"(?:model\.)?layers\.(\d+)\.mlp\.fc([12])", lambda cfg, i, n: [(i, ("mlp", "up" if n == "1" else "down"), ALL, ALL)]),
+    (r"(?:model\.)?layers\.(\d+)\.mlp\.c_(fc|proj)",  # StarCoder2
+     lambda cfg, i, name: [(i, ("mlp", "up" if name == "fc" else "down"), ALL, ALL)]),
     (r"(?:gpt_neox\.)?layers\.(\d+)\.attention\.query_key_value", lambda cfg, i: [(i, ("qkv",), ALL, _qkv_rows_of_neox(cfg))]),
     (r"(?:gpt_neox\.)?layers\.(\d+)\.attention\.dense", lambda cfg, i: [(i, ("o",), ALL, ALL)]),
     (r"(?:gpt_neox\.)?layers\.(\d+)\.mlp\.dense_(h_to_4h|4h_to_h)",
+     lambda cfg, i, way: [(i, ("mlp", "up" if way == "h_to_4h" else "down"), ALL, ALL)]),
+    (r"(?:transformer\.)?h\.(\d+)\.self_attention\.query_key_value",  # Falcon: q, k, v fused by group
+     lambda cfg, i: [(i, ("qkv",), ALL, _falcon_qkv_rows(cfg))]),
+    (r"(?:transformer\.)?h\.(\d+)\.self_attention\.dense", lambda cfg, i: [(i, ("o",), ALL, ALL)]),
+    (r"(?:transformer\.)?h\.(\d+)\.mlp\.dense_(h_to_4h|4h_to_h)",
      lambda cfg, i, way: [(i, ("mlp", "up" if way == "h_to_4h" else "down"), ALL, ALL)]),
     (r"(?:transformer\.)?h\.(\d+)\.attn\.c_attn", lambda cfg, i: [(i, ("qkv",), ALL, ALL)]),  # GPT-2
     (r"(?:transformer\.)?h\.(\d+)\.attn\.c_proj", lambda cfg, i: [(i, ("o",), ALL, ALL)]),
@@ -280,8 +297,8 @@ def _targets(model, module: str) -> list[tuple[int, tuple[str, ...], slice, obje
         return targets
     raise TinyInferError(f"the adapter targets {module!r}, which tinyinfer cannot adapt: supported are the "
                          "attention and MLP projections of dense layers (q/k/v/o_proj, gate/up/down_proj; Phi-3's "
-                         "qkv_proj and gate_up_proj; Phi's dense, fc1, fc2; GPT-NeoX's query_key_value, dense, "
-                         "dense_h_to_4h, dense_4h_to_h; GPT-2's c_attn, c_proj, c_fc)")
+                         "qkv_proj and gate_up_proj; Phi's dense, fc1, fc2; StarCoder2's c_fc, c_proj; GPT-NeoX's "
+                         "and Falcon's query_key_value, dense, dense_h_to_4h, dense_4h_to_h; GPT-2's c_attn, c_proj, c_fc)")
 
 
 def _has(model, layer: int, keys: tuple[str, ...]) -> bool:
