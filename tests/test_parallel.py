@@ -9,7 +9,7 @@ import tinyinfer
 from tinyinfer.errors import TinyInferError
 from tinyinfer.parallel import TensorParallelModel, ring_all_reduce_bytes
 
-from tiny_models import prompt_ids, tiny_checkpoint  # noqa: F401 - tiny_checkpoint is a fixture
+from tiny_models import TINY_CONFIG, build_with_transformers, prompt_ids, tiny_checkpoint  # noqa: F401 - a fixture
 
 
 @pytest.mark.exercise("14.1")
@@ -31,6 +31,28 @@ def test_split_every_architecture(tiny_checkpoint, variant):
     n = 1 if model.config.n_kv_heads == 1 else 2
     ids = prompt_ids(20)
     np.testing.assert_allclose(TensorParallelModel(model, n).logits(ids), model.logits(ids), atol=1e-4)
+
+
+# transformers config class -> fields over tests/tiny_models.TINY_CONFIG: the blocks and norms of newer families
+SPLIT_FAMILIES = {
+    "StableLmConfig": {"qk_layernorm": True, "use_parallel_residual": True, "hidden_size": 64},  # a gain per head
+    "CohereConfig": {"use_qk_norm": True, "logit_scale": 0.8},  # per-head gains, RoPE pairs reordered at load
+    "FalconConfig": {"new_decoder_architecture": True, "num_kv_heads": 2, "bias": True},
+    "GPTNeoXConfig": {"rotary_pct": 0.5},
+    "PhiConfig": {"partial_rotary_factor": 0.5},
+    "GraniteConfig": {"embedding_multiplier": 2.0, "residual_multiplier": 0.5, "attention_multiplier": 0.2,
+                      "logits_scaling": 2.0},
+}
+
+
+@pytest.mark.parametrize("config_class", SPLIT_FAMILIES)
+def test_split_newer_families(config_class, tmp_path):
+    """Parallel blocks, multipliers, fused rows reordered at load and per-head q/k norm gains (which go with
+    their heads) split like the rest."""
+    folder = build_with_transformers(tmp_path / "m", config_class, {**TINY_CONFIG, **SPLIT_FAMILIES[config_class]})
+    model = tinyinfer.load(folder)
+    ids = prompt_ids(20)
+    np.testing.assert_allclose(TensorParallelModel(model, 2).logits(ids), model.logits(ids), atol=1e-4)
 
 
 def test_two_all_reduces_per_layer_are_counted():

@@ -73,6 +73,15 @@ def shard_layer(layer: dict, cfg, n: int, d: int) -> dict:
     # END EXERCISE 14.1
 
 
+def split_head_gains(shard: dict, layer: dict, cfg, n: int, d: int) -> dict:
+    """Per-head q/k norm gains ([heads, hd]: StableLM 2, Cohere) go with their heads to device d; a gain shared
+    by every head ([hd]: Qwen3) stays whole, as the other norms do."""
+    for key, heads in (("q_norm", cfg.n_heads), ("k_norm", cfg.n_kv_heads)):
+        if key in layer and layer[key].ndim == 2:
+            shard[key] = layer[key][d * heads // n:(d + 1) * heads // n]  # [heads, hd] -> [heads / n, hd]
+    return shard
+
+
 class ShardedCache:
     """One KV cache per device, each holding its own heads' keys and values."""
 
@@ -91,7 +100,12 @@ class TensorParallelModel(Model):
         shard_config = dataclasses.replace(model.config, n_heads=model.config.n_heads // n,
                                            n_kv_heads=model.config.n_kv_heads // n, d_ff=model.config.d_ff // n)
         host = map_arrays(model.params, to_numpy)  # each shard is built from host arrays, as a Model is
-        self.shards = [Model(shard_config, dict(host, layers=[shard_layer(layer, model.config, n, d) for layer in host["layers"]]),
+
+        def layers_of(d: int) -> list[dict]:  # device d's part of every layer
+            return [split_head_gains(shard_layer(layer, model.config, n, d), layer, model.config, n, d)
+                    for layer in host["layers"]]
+
+        self.shards = [Model(shard_config, dict(host, layers=layers_of(d)),
                              device=model.device, dtype=model.dtype, kv_cache_dtype=model.kv_cache_dtype) for d in range(n)]
         self.bytes_per_device = 0.0  # sent by each device in all-reduces so far
 
