@@ -99,3 +99,37 @@ def test_gpu_architectures_with_soft_caps_partial_and_dual_rope_match_cpu(name, 
     params = tinyinfer.SamplingParams(temperature=0.0, max_tokens=12)
     cpu, gpu = ([out.token_ids for out in LLM(m).generate([ids[:10], ids[10:30]], params)] for m in models)
     assert gpu == cpu
+
+
+NEWER_FAMILIES = {  # test module holding the tiny checkpoint -> one variant of each family it builds
+    "test_architectures_granite_smollm3_olmo2": ["granite_bias_tied", "smollm3_window_bias", "olmo2", "gpt_neox",
+                                                 "phi2_gqa_tied"],
+    "test_architectures_stablelm_starcoder2_cohere": ["stablelm2_qk_norm_parallel", "starcoder2", "cohere2",
+                                                      "cohere_qk_norm_bias_untied", "olmo_clip", "falcon40b_grouped_bias"],
+}
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("module, name", [(m, n) for m, names in NEWER_FAMILIES.items() for n in names])
+def test_gpu_newer_families_match_cpu(module, name, tmp_path):
+    """Parallel blocks, LayerNorm kinds, multipliers, layers without RoPE, q/k/v clamps and per-head q/k norms on
+    CuPy: the same logits, and the same greedy tokens from the engine, on both devices."""
+    import importlib  # noqa: PLC0415
+
+    from tinyinfer.engine import LLM  # noqa: PLC0415
+    from tiny_models import TINY_CONFIG, build_with_transformers  # noqa: PLC0415
+
+    tests = importlib.import_module(module)
+    if hasattr(tests, "CONFIG_EDITS"):
+        folder = tests.build(tmp_path / name, *tests.VARIANTS[name], tests.CONFIG_EDITS.get(name))
+    else:
+        config_class, fields, dtype = tests.VARIANTS[name]
+        folder = build_with_transformers(tmp_path / name, config_class, {**TINY_CONFIG, **fields}, dtype)
+    ids = np.random.default_rng(3).integers(3, 100, 40).tolist()
+    models = [tinyinfer.load(folder, device=device) for device in ("cpu", "cuda")]
+    cpu, gpu = (m.logits(ids) for m in models)
+    np.testing.assert_allclose(gpu, cpu, atol=1e-3)
+    params = tinyinfer.SamplingParams(temperature=0.0, max_tokens=12)
+    cpu, gpu = ([out.token_ids for out in LLM(m).generate([ids[:10], ids[10:30]], params)] for m in models)
+    assert gpu == cpu
