@@ -74,17 +74,23 @@ MISTAKE_MIN = 0.5  # what undoing a switch must move some logit by (logits of th
 
 
 def build_with_transformers(folder: Path, config_class: str, fields: dict, dtype: str = "float32",
-                            norm_offset: float = 0.0) -> Path:
+                            norm_offset: float = 0.0, random_buffers: tuple[str, ...] = ()) -> Path:
     """A checkpoint written by transformers itself (`transformers.<config_class>(**fields)`), every parameter
     re-randomised (norm weights ~ U(0.5, 1.5), less `norm_offset`: Gemma's norms scale by 1 + weight, so 1.0
-    gives its gains the same spread), stored as `dtype`, with a greedy generation_config.json."""
+    gives its gains the same spread), and the saved buffers whose names end in one of `random_buffers` too
+    (~ N(0, 0.5^2): DeepSeek-V3's e_score_correction_bias, zero at init), stored as `dtype`, with a greedy
+    generation_config.json."""
     config = getattr(transformers, config_class)(**fields)
     model = transformers.AutoModelForCausalLM.from_config(config)
     make_tiny_models.randomise_(model, seed=0)
+    generator = torch.Generator().manual_seed(1)
     with torch.no_grad():
         for param_name, param in model.named_parameters():
             if param_name.endswith("norm.weight"):
                 param -= norm_offset
+        for buffer_name, buffer in model.named_buffers():
+            if buffer_name.endswith(random_buffers):
+                buffer.copy_(torch.randn(buffer.shape, generator=generator) * 0.5)
     model.to(getattr(torch, dtype)).save_pretrained(folder)
     transformers.GenerationConfig(bos_token_id=1, eos_token_id=2, do_sample=False).save_pretrained(folder)
     return folder

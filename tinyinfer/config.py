@@ -64,7 +64,8 @@ class Config:
     final_softcap: float | None = None  # Gemma 2: the logits too
     embed_scale: float = 1.0  # embeddings are multiplied by it: sqrt(d_model) (Gemma), embedding_multiplier (Granite)
     residual_scale: float = 1.0  # Granite: each sublayer's output times residual_multiplier before the residual add
-    attn_multiplier: float | None = None  # Granite: the score scale itself (attention_multiplier), not head_dim^-1/2
+    attn_multiplier: float | None = None  # the score scale itself, not head_dim^-1/2: Granite's attention_multiplier,
+    # DeepSeek's (qk_nope_head_dim + qk_rope_head_dim)^-1/2, times YaRN's mscale(mscale_all_dim)^2
     logits_divisor: float = 1.0  # Granite: the logits are divided by logits_scaling (Cohere: by 1 / logit_scale)
     pre_norms: bool = True  # each sublayer's input is normed (all but OLMo 2)
     post_norms: bool = False  # each sublayer's output is normed before the residual add (Gemma 2: again; OLMo 2)
@@ -83,6 +84,21 @@ class Config:
     norm_topk_prob: bool = True  # rescale the chosen experts' weights to sum to 1
     shared_expert_d_ff: int = 0  # Qwen2-MoE: an always-on expert behind a sigmoid gate (0 = none)
     moe_layers: list[int] | None = None  # layers whose MLP is a MoE (None = all of them, when n_experts)
+    shared_expert_gated: bool = True  # Qwen2-MoE's shared expert is scaled by a sigmoid gate; DeepSeek's is not
+    # how the router chooses (tinyinfer/moe.py): "softmax" (Mixtral, Qwen, OLMoE, DeepSeek-V2's greedy), "sigmoid_grouped"
+    # (DeepSeek-V3: sigmoid scores, a bias steering the choice, n_groups groups), "softmax_grouped" (DeepSeek-V2)
+    router: str = "softmax"
+    n_groups: int = 1  # experts come in n_groups groups; a token picks among those of its best topk_groups groups
+    topk_groups: int = 1
+    routed_scaling: float = 1.0  # DeepSeek: the chosen experts' weights times routed_scaling_factor
+    # DeepSeek's multi-head latent attention (tinyinfer/mla.py) when kv_lora_rank > 0. The cache then holds one
+    # key/value head (n_kv_heads 1) of head_dim = kv_lora_rank + qk_rope_head_dim numbers per token and layer.
+    kv_lora_rank: int = 0
+    q_lora_rank: int | None = None  # queries through a low-rank bottleneck (q_a_proj, a norm, q_b_proj); None: q_proj
+    qk_nope_head_dim: int = 0  # a query head: qk_nope_head_dim coordinates without RoPE, then qk_rope_head_dim with
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+    interleaved_rope: bool = False  # the file's rotary coordinates pair neighbours (DeepSeek): reordered at load
 
     def __post_init__(self):
         _check_numbers(self)
@@ -134,7 +150,10 @@ class Config:
 
     @property
     def rotary_dim(self) -> int:
-        """How many coordinates of each head RoPE rotates: all of them, or a leading part (Phi-3's factor)."""
+        """How many coordinates of each head RoPE rotates: all of them, or a leading part (Phi-3's factor); with
+        latent attention, qk_rope_head_dim."""
+        if self.kv_lora_rank:
+            return self.qk_rope_head_dim
         return int(self.head_dim * self.partial_rotary_factor)
 
     def window_of(self, layer: int) -> int | None:
@@ -250,6 +269,7 @@ BIAS_FIELDS = {
     "cohere2": ("attention_bias", "attention_bias", False),
     "olmo": ("attention_bias", "attention_bias", False),
     "phi": (True, True, True),
+    "deepseek_v3": (False, False, False),  # attention_bias: refused (_mla)
 }
 
 
@@ -265,7 +285,7 @@ def _sliding(c: dict) -> tuple[int | None, list[str]]:
         gemma, granite,
         olmo2, phi,
         stablelm, cohere,
-        olmo
+        olmo, deepseek_v3
         gemma2, gemma3,    the layers `layer_types` names; by default all but every `pattern`-th: the even
         cohere2            ones (Gemma 2: 2), five layers of six (Gemma 3: `sliding_window_pattern`, 6), three
                            of four (Cohere 2: `sliding_window_pattern`, 4)
@@ -286,7 +306,8 @@ def _sliding(c: dict) -> tuple[int | None, list[str]]:
                                                                       else "sliding_attention" for i in range(n)])
     switched = model_type in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe")  # off unless use_sliding_window
     window = c.get("sliding_window") if not switched or c["use_sliding_window"] else None
-    if model_type in ("llama", "olmoe", "gemma", "granite", "olmo2", "phi", "stablelm", "cohere", "olmo") or not window:
+    if model_type in ("llama", "olmoe", "gemma", "granite", "olmo2", "phi", "stablelm", "cohere", "olmo",
+                      "deepseek_v3") or not window:
         return None, ["full_attention"] * n
     if model_type in ("mistral", "mixtral", "qwen3_moe", "phi3", "starcoder2"):
         return window, ["sliding_attention"] * n
@@ -592,6 +613,59 @@ def _olmoe(c: dict) -> dict:
                 qk_norm_span="full")
 
 
+def _deepseek_v3(c: dict) -> dict:
+    """DeepSeek-V3 (R1, Kimi-K2, Moonlight): a Llama body with multi-head latent attention (tinyinfer/mla.py) and,
+    from layer `first_k_dense_replace` on, a Mixture-of-Experts routed by sigmoid scores within groups
+    (tinyinfer/moe.py) beside `n_shared_experts` always-on experts, fused into one SwiGLU of n_shared_experts x
+    moe_intermediate_size. The rotary coordinates rotate neighbouring pairs with `rope_interleave` (reordered at load,
+    tinyinfer/weights.py). `attention_bias` (biases on q_a_proj, kv_a_proj_with_mqa and o_proj) is refused."""
+    n, E = c["num_hidden_layers"], c["n_routed_experts"]
+    n_groups, topk_groups, k = c["n_group"], c["topk_group"], c["num_experts_per_tok"]
+    for key, value in (("n_group", n_groups), ("topk_group", topk_groups), ("num_experts_per_tok", k)):
+        if not is_integer_at_least(value):
+            raise TinyInferError(f"config.json (deepseek_v3): {key}={value!r} must be an integer >= 1")
+    if E % n_groups or E // n_groups < 2 or topk_groups > n_groups or k > topk_groups * (E // n_groups):
+        raise TinyInferError(f"config.json (deepseek_v3): n_routed_experts={E} in n_group={n_groups} groups, the best "
+                             f"topk_group={topk_groups} kept, num_experts_per_tok={k}: the groups must be equal and of "
+                             "at least 2 experts, topk_group at most n_group, and the kept groups hold at least "
+                             "num_experts_per_tok experts")
+    return dict(_mla(c), n_experts=E, n_experts_per_tok=k, moe_d_ff=c["moe_intermediate_size"],
+                norm_topk_prob=c["norm_topk_prob"], shared_expert_d_ff=c["moe_intermediate_size"] * c["n_shared_experts"],
+                shared_expert_gated=False, router="sigmoid_grouped", n_groups=n_groups, topk_groups=topk_groups,
+                routed_scaling=c["routed_scaling_factor"],
+                moe_layers=list(range(c["first_k_dense_replace"] or 0, n)))
+
+
+def _mla(c: dict) -> dict:
+    """The attention of DeepSeek-V2 and V3: one key/value head of kv_lora_rank + qk_rope_head_dim numbers in the
+    cache, and the score scale (qk_nope_head_dim + qk_rope_head_dim)^-1/2, times mscale(factor, mscale_all_dim)^2
+    under a scaled RoPE that gives mscale_all_dim (as transformers' yarn_apply_mscale). num_key_value_heads is not
+    read: every head's key and value come from the one latent (the releases set it to num_attention_heads)."""
+    model_type, n_heads = c["model_type"], c["num_attention_heads"]
+    if c["attention_bias"]:
+        raise TinyInferError(f"config.json ({model_type}): attention_bias=true (biases on q_a_proj, kv_a_proj_with_mqa "
+                             "and o_proj) is not supported; only attention_bias false, as in the DeepSeek releases, is")
+    sizes = {key: c[key] for key in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")}
+    if c["q_lora_rank"] is not None:
+        sizes["q_lora_rank"] = c["q_lora_rank"]
+    for key, value in sizes.items():
+        if not is_integer_at_least(value) or (key == "qk_rope_head_dim" and value % 2):
+            raise TinyInferError(f"config.json ({model_type}): {key}={value!r} must be an integer >= 1"
+                                 f"{' and even (RoPE rotates pairs)' if key == 'qk_rope_head_dim' else ''}")
+    theta, scaling = _rope(c)
+    params = c.get("rope_scaling") or c.get("rope_parameters") or {}
+    scale = (sizes["qk_nope_head_dim"] + sizes["qk_rope_head_dim"]) ** -0.5
+    if params.get("rope_type", params.get("type", "default")) != "default" and params.get("mscale_all_dim"):
+        factor = (scaling or params)["factor"]
+        mscale = 1.0 if factor <= 1 else 0.1 * params["mscale_all_dim"] * math.log(factor) + 1.0
+        scale = scale * mscale * mscale
+    fields = _llama_family({**c, "num_key_value_heads": n_heads, "head_dim": 1})  # the body's reading
+    return dict(fields, n_kv_heads=1, head_dim=sizes["kv_lora_rank"] + sizes["qk_rope_head_dim"], rope_theta=theta,
+                rope_scaling=scaling, attn_multiplier=scale, q_lora_rank=c["q_lora_rank"], **{
+                    key: sizes[key] for key in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")},
+                interleaved_rope=c["rope_interleave"])
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Phi-3 and Gemma: a Llama-family body with a few switches (fused weights, partial RoPE, 1 + w norms, soft caps)
 # ---------------------------------------------------------------------------------------------------------------
@@ -793,6 +867,12 @@ HF_DEFAULTS = {
     "cohere2": dict(max_position_embeddings=8192, layer_norm_eps=1e-5, hidden_act="silu", rope_theta=10000.0,
                     tie_word_embeddings=True, num_key_value_heads=None, attention_bias=False, logit_scale=0.0625,
                     sliding_window=4096, layer_types=None),
+    "deepseek_v3": dict(_LLAMA_LIKE, vocab_size=129280, hidden_size=7168, intermediate_size=18432,
+                        moe_intermediate_size=2048, num_hidden_layers=61, num_attention_heads=128,
+                        num_key_value_heads=128, n_shared_experts=1, n_routed_experts=256, routed_scaling_factor=2.5,
+                        kv_lora_rank=512, q_lora_rank=1536, qk_rope_head_dim=64, v_head_dim=128, qk_nope_head_dim=128,
+                        n_group=8, topk_group=4, num_experts_per_tok=8, first_k_dense_replace=3, norm_topk_prob=True,
+                        max_position_embeddings=4096, rope_interleave=True, attention_bias=False),
 }
 
 # model_type -> function translating its config.json into Config fields
@@ -821,6 +901,7 @@ HF_CONFIG_READERS = {
     "falcon": _falcon,
     "cohere": _cohere,
     "cohere2": _cohere2,
+    "deepseek_v3": _deepseek_v3,
 }
 
 

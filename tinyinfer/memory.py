@@ -3,6 +3,7 @@
     weights bytes          = parameters x bytes per parameter
     quantised, per weight  = bits / 8 + scale bytes / group size     (one scale per group of weights)
     KV bytes per token     = 2 (K and V) x layers x kv_heads x head_dim x bytes per number
+                             (DeepSeek's latent attention: kv_heads 1, head_dim kv_lora_rank + qk_rope_head_dim)
     KV bytes per sequence  = KV bytes per token x context length;  x batch for the whole batch
     decode bound (tok/s)   = memory bandwidth / bytes read per token   (every step re-reads all weights)
 
@@ -22,6 +23,7 @@ import time
 import numpy as np
 
 from tinyinfer.config import Config
+from tinyinfer.mla import mla_param_count
 from tinyinfer.moe import moe_param_counts
 from tinyinfer.norms import NORM_PARAMS
 
@@ -46,6 +48,8 @@ def param_count(cfg: Config, active: bool = False) -> int:
     attention = d * q_dim + 2 * d * kv_dim + q_dim * d
     qk_norm = (2 * hd if cfg.qk_norm_span == "head" else q_dim + kv_dim) * cfg.qk_norm  # "head": one gain for all
     attention += (q_dim + 2 * kv_dim) * cfg.qkv_bias + d * cfg.o_bias + qk_norm
+    if cfg.kv_lora_rank:  # DeepSeek's latent attention: other projections (tinyinfer/mla.py)
+        attention = mla_param_count(cfg)
     n_mats = 3 if cfg.mlp == "swiglu" else 2
     dense_mlp = n_mats * d * cfg.d_ff + (cfg.d_ff * (n_mats - 1) + d) * cfg.mlp_bias
     mlps = sum(moe_param_counts(cfg)[active] if cfg.is_moe_layer(i) else dense_mlp for i in range(cfg.n_layers))

@@ -14,7 +14,8 @@ through one norm (`shared_input_norm`); OLMo 1 clamps q, k and v (`clip_qkv`); G
 each sublayer's output (`residual_scale`), the scores and the logits by numbers from its config.json. Phi-3 rotates part of each head; Gemma's norms scale by
 1 + weight (tinyinfer/norms.py); Gemma 3's sliding layers rotate with a RoPE of their own (`local_rope_theta`),
 so a pass computes one (cos, sin) pair per RoPE setting and each layer takes its own (SmolLM3's layers without
-RoPE take none).
+RoPE take none). DeepSeek's attention caches one latent vector per token instead of keys and values per head
+(`kv_lora_rank`, tinyinfer/mla.py), and its experts are chosen by a router of its own (`router`, tinyinfer/moe.py).
 
 One function serves prefill (a whole prompt) and decode (one token), for one sequence or many at once:
 `forward` takes a list of `SeqChunk`s, each some new tokens of one sequence. Linear layers run on all
@@ -35,6 +36,7 @@ from tinyinfer.errors import TinyInferError
 from tinyinfer.flash_attention import tiled_attention
 from tinyinfer.kv_cache import ContiguousKVCache
 from tinyinfer.kv_quant import check_kv_cache_dtype
+from tinyinfer.mla import expand_values, latent_qkv
 from tinyinfer.mlp import gelu_mlp, linear, swiglu
 from tinyinfer.moe import moe_feed_forward
 from tinyinfer.norms import apply_norm
@@ -136,19 +138,12 @@ class Model:
         return h * self.dtype.type(cfg.residual_scale) if cfg.residual_scale != 1.0 else h
 
     def attention_block(self, i: int, layer: dict, h, chunks: list[SeqChunk], plan: AttentionPlan, rope, cache):
-        """Project to q, k, v for all tokens; attend sequence by sequence through the cache; project out."""
+        """Project to q, k, v for all tokens; attend sequence by sequence through the cache; project out.
+        DeepSeek's latent attention (`kv_lora_rank`) projects into its latent space instead, attends over one
+        latent key/value head in the same loops, and expands each head's value afterwards (tinyinfer/mla.py)."""
         cfg = self.config
-        T, q_dim, kv_dim = h.shape[0], cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
-        qkv = linear(h, layer, "qkv")  # [T, d] -> [T, q_dim + 2 kv_dim]: three projections in one product
-        if cfg.clip_qkv is not None:  # OLMo 1: every coordinate of q, k and v within +-clip_qkv
-            qkv = self.xp.clip(qkv, -cfg.clip_qkv, cfg.clip_qkv)
-        q = qkv[:, :q_dim].reshape(T, cfg.n_heads, cfg.head_dim)  # -> [T, H, hd]
-        k = qkv[:, q_dim:q_dim + kv_dim].reshape(T, cfg.n_kv_heads, cfg.head_dim)  # -> [T, KV, hd]
-        v = qkv[:, q_dim + kv_dim:].reshape(T, cfg.n_kv_heads, cfg.head_dim)  # -> [T, KV, hd]
-        if cfg.qk_norm:  # normalise q and k before rotating them: each head (Qwen3), all heads as one (OLMoE)
-            q, k = _qk_norm(q, layer["q_norm"], cfg), _qk_norm(k, layer["k_norm"], cfg)
-        if rope is not None:
-            q, k = apply_partial_rope(q, *rope), apply_partial_rope(k, *rope)
+        T = h.shape[0]
+        q, k, v = latent_qkv(h, layer, cfg, rope) if cfg.kv_lora_rank else self._qkv(layer, h, rope)
         out = self.xp.empty((T, cfg.n_heads * cfg.head_dim), dtype=q.dtype)  # [T, H*hd]
         for rows, slots in plan.decode_groups:
             self.decode_block(i, rows, slots, q, k, v, out, cache)
@@ -165,7 +160,25 @@ class Model:
             else:
                 mask = to_device(causal_mask(n, chunk.start, window), self.device)  # [n, end]
                 out[rows] = attention(q[rows], keys, values, mask, scale, softcap)  # -> [n, H*hd]
-        return linear(out, layer, "o")  # [T, H*hd] -> [T, d]
+        if cfg.kv_lora_rank:
+            out = expand_values(out, layer, cfg)  # [T, H*(r + dr)] -> [T, H*dv]
+        return linear(out, layer, "o")  # [T, H*hd] (latent attention: [T, H*dv]) -> [T, d]
+
+    def _qkv(self, layer: dict, h, rope):
+        """q [T, H, hd], k and v [T, KV, hd] of every token: one product, then OLMo's clamp, q/k norms, RoPE."""
+        cfg = self.config
+        T, q_dim, kv_dim = h.shape[0], cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
+        qkv = linear(h, layer, "qkv")  # [T, d] -> [T, q_dim + 2 kv_dim]: three projections in one product
+        if cfg.clip_qkv is not None:  # OLMo 1: every coordinate of q, k and v within +-clip_qkv
+            qkv = self.xp.clip(qkv, -cfg.clip_qkv, cfg.clip_qkv)
+        q = qkv[:, :q_dim].reshape(T, cfg.n_heads, cfg.head_dim)  # -> [T, H, hd]
+        k = qkv[:, q_dim:q_dim + kv_dim].reshape(T, cfg.n_kv_heads, cfg.head_dim)  # -> [T, KV, hd]
+        v = qkv[:, q_dim + kv_dim:].reshape(T, cfg.n_kv_heads, cfg.head_dim)  # -> [T, KV, hd]
+        if cfg.qk_norm:  # normalise q and k before rotating them: each head (Qwen3), all heads as one (OLMoE)
+            q, k = _qk_norm(q, layer["q_norm"], cfg), _qk_norm(k, layer["k_norm"], cfg)
+        if rope is not None:
+            q, k = apply_partial_rope(q, *rope), apply_partial_rope(k, *rope)
+        return q, k, v
 
     def decode_block(self, i: int, rows, slots, q, k, v, out, cache) -> None:
         """Attention of many one-token chunks at once (`rows` of q, k, v), through a cache that reads a batch

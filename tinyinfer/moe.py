@@ -8,6 +8,20 @@ that scores every expert for every token:
     if norm_topk_prob: weights /= weights.sum(-1)          Mixtral always; Qwen and OLMoE as the config says
     out[t]         = sum_j weights[t, j] * expert[chosen[t, j]](h[t])
     Qwen2-MoE:     out += sigmoid(h @ shared_gate) * shared_expert(h)      an always-on expert, gated per token
+    DeepSeek:      out += shared_experts(h)                                 always on, ungated
+
+DeepSeek-V3 routes differently (`route_grouped`, `Config.router` "sigmoid_grouped"). Each expert's score is a
+sigmoid, not a share of a softmax; a per-expert bias, tuned during training to even out the experts' loads,
+steers which experts are chosen but not how much they weigh; and the experts come in groups (one per device in
+training) of which a token may use only the best few, ranked by the sum of their two best biased scores:
+
+    scores   = sigmoid(h @ router)                              [T, E]
+    biased   = scores + e_score_correction_bias                 [T, E]   only for choosing
+    groups   = the topk_groups groups with the best top-2 sums of `biased`
+    chosen   = top_k of `biased` within those groups            [T, k]
+    weights  = scores[chosen] (/ their sum, norm_topk_prob) x routed_scaling_factor
+
+DeepSeek-V2 ("softmax_grouped") ranks softmax probabilities, each group by its best expert, without a bias.
 
 A token pays for k experts, not E: the parameters grow with E (and all of them must be resident in memory,
 since the next token may want any expert), the compute per token grows with k only. Mixtral-8x7B holds 47B
@@ -58,6 +72,40 @@ def route(h, router, top_k: int, norm_topk_prob: bool):
     # END EXERCISE 7.1
 
 
+def route_grouped(h, mlp: dict, cfg: Config):
+    """DeepSeek's group-limited routing: each token's top-k experts among those of its best `topk_groups` groups,
+    and their weights times `routed_scaling`. "sigmoid_grouped" (V3): sigmoid scores, ranked with the bias
+    mlp["router_bias"] [E] added and each group by the sum of its two best; "softmax_grouped" (V2): softmax
+    probabilities, each group by its best.
+
+    h [T, d] -> weights [T, k] (h's dtype), chosen [T, k] (expert ids), probs [T, E] (float32; sigmoid scores
+    divided by their sum, so that routing statistics read them as a distribution)
+
+    Four experts in two groups, scores (0.9, 0.1 | 0.6, 0.5), top-2 of the best group: group 2 (1.1 > 1.0), so
+    experts 2 and 3, though expert 0 scores best.
+    """
+    xp, T, E, k = xp_of(h), h.shape[0], cfg.n_experts, cfg.n_experts_per_tok
+    logits = (h @ mlp["router"]).astype(np.float32)  # [T, d] -> [T, E]; float32 like the reference
+    if cfg.router == "sigmoid_grouped":
+        scores = 1.0 / (1.0 + xp.exp(-logits))  # [T, E], each in (0, 1) on its own
+        ranked = scores + mlp["router_bias"].astype(np.float32)  # [T, E]: the bias steers the choice only
+        per_group = xp.sort(ranked.reshape(T, cfg.n_groups, -1), axis=-1)  # [T, G, E/G], ascending
+        group_scores = per_group[..., -2:].sum(axis=-1)  # [T, G]: each group's two best
+    else:
+        scores = ranked = softmax(logits)  # [T, E]
+        group_scores = ranked.reshape(T, cfg.n_groups, -1).max(axis=-1)  # [T, G]: each group's best
+    best_groups = xp.argsort(-group_scores, axis=-1, kind="stable")[:, :cfg.topk_groups]  # [T, G] -> [T, topk_groups]
+    kept = xp.zeros(group_scores.shape, dtype=bool)  # [T, G]
+    xp.put_along_axis(kept, best_groups, True, axis=-1)
+    kept = xp.repeat(kept, E // cfg.n_groups, axis=-1)  # [T, G] -> [T, E]: each expert, whether its group is kept
+    chosen = xp.argsort(-xp.where(kept, ranked, -xp.inf), axis=-1, kind="stable")[:, :k]  # [T, E] -> [T, k]
+    weights = xp.take_along_axis(scores, chosen, axis=-1)  # [T, k]: unbiased
+    if cfg.norm_topk_prob:
+        weights = weights / (weights.sum(axis=-1, keepdims=True) + 1e-20)  # transformers' guard against 0 / 0
+    weights = weights * np.float32(cfg.routed_scaling)
+    return weights.astype(h.dtype), chosen, scores / scores.sum(axis=-1, keepdims=True)
+
+
 def dispatch(h, chosen, weights, experts: list[dict], activation: str = "silu"):
     """Run each expert once on the tokens routed to it and add its weighted outputs back to their rows.
 
@@ -96,12 +144,18 @@ def shared_expert(h, mlp: dict, activation: str = "silu"):
 
 def moe_feed_forward(h, mlp: dict, cfg: Config, stats: RoutingStats | None = None, layer: int = 0):
     """One Mixture-of-Experts layer: route, dispatch, add the shared expert when there is one.  [T, d] -> [T, d]"""
-    weights, chosen, probs = route(h, mlp["router"], cfg.n_experts_per_tok, cfg.norm_topk_prob)
+    if cfg.router == "softmax":
+        weights, chosen, probs = route(h, mlp["router"], cfg.n_experts_per_tok, cfg.norm_topk_prob)
+        if cfg.routed_scaling != 1.0:  # DeepSeek-V2's greedy routing
+            weights = weights * h.dtype.type(np.float32(cfg.routed_scaling))
+    else:
+        weights, chosen, probs = route_grouped(h, mlp, cfg)
     if stats is not None:
         stats.record(layer, chosen, probs)
     out = dispatch(h, chosen, weights, mlp["experts"], cfg.activation)
     if "shared" in mlp:
-        out = out + shared_expert(h, mlp, cfg.activation)
+        gated = cfg.shared_expert_gated
+        out = out + (shared_expert(h, mlp, cfg.activation) if gated else swiglu(h, mlp["shared"], cfg.activation))
     return out
 
 
@@ -113,7 +167,8 @@ def moe_param_counts(cfg: Config) -> tuple[int, int]:
     """
     d, E, k = cfg.d_model, cfg.n_experts, cfg.n_experts_per_tok
     expert = 3 * d * cfg.moe_d_ff  # gate, up and down
-    always = d * E + (3 * d * cfg.shared_expert_d_ff + d if cfg.shared_expert_d_ff else 0)  # router, shared + gate
+    shared = 3 * d * cfg.shared_expert_d_ff + d * cfg.shared_expert_gated if cfg.shared_expert_d_ff else 0  # + gate
+    always = d * E + E * (cfg.router == "sigmoid_grouped") + shared  # router (and DeepSeek-V3's bias), shared
     return always + E * expert, always + k * expert
 
 

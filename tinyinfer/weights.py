@@ -403,6 +403,69 @@ def moe_params(get: Getter, cfg: Config) -> dict:
     return llama_params(get, cfg, moe_mlp_params)
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# DeepSeek-V3: latent attention (tinyinfer/mla.py) and experts behind a group-limited router (tinyinfer/moe.py)
+#     model.layers.{i}.self_attn.q_proj | q_a_proj, q_a_layernorm, q_b_proj;  kv_a_proj_with_mqa, kv_a_layernorm,
+#         kv_b_proj, o_proj
+#     model.layers.{i}.mlp.gate.weight, .gate.e_score_correction_bias, .experts..., .shared_experts.{gate,up,down}_proj
+# ---------------------------------------------------------------------------------------------------------------
+
+def mla_attention(get: Getter, cfg: Config, p: str) -> dict:
+    """One layer's latent attention: {"q" | "q_a", "q_a_norm", "q_b"; "kv_a", "kv_a_norm", "kv_b_key" [H, dn, r],
+    "kv_b_value" [H, r, dv], "o"}. kv_b_proj [H*(dn + dv), r] holds per head the key half (dn rows) then the value
+    half (dv rows). With `interleaved_rope` the rotary coordinates of the queries and of the shared key (the
+    last dr of each) pair neighbours in the file; they are reordered into tinyinfer's halves, as Cohere's are."""
+    d, H, r, dr = cfg.d_model, cfg.n_heads, cfg.kv_lora_rank, cfg.qk_rope_head_dim
+    dn, dv, ql = cfg.qk_nope_head_dim, cfg.v_head_dim, cfg.q_lora_rank
+    q_columns, kv_columns = _mla_rope_columns(cfg)
+    if ql:
+        attn = {"q_a": linear(get, f"{p}.q_a_proj.weight", d, ql), "q_a_norm": get(f"{p}.q_a_layernorm.weight", (ql,)),
+                "q_b": linear(get, f"{p}.q_b_proj.weight", ql, H * (dn + dr))[:, q_columns]}
+    else:
+        attn = {"q": linear(get, f"{p}.q_proj.weight", d, H * (dn + dr))[:, q_columns]}
+    kv_b = get(f"{p}.kv_b_proj.weight", (H * (dn + dv), r)).reshape(H, dn + dv, r)  # [H*(dn + dv), r] -> [H, dn + dv, r]
+    return attn | {"kv_a": linear(get, f"{p}.kv_a_proj_with_mqa.weight", d, r + dr)[:, kv_columns],
+                   "kv_a_norm": get(f"{p}.kv_a_layernorm.weight", (r,)),
+                   "kv_b_key": np.ascontiguousarray(kv_b[:, :dn]),  # [H, dn, r]
+                   "kv_b_value": np.ascontiguousarray(kv_b[:, dn:].transpose(0, 2, 1)),  # [H, dv, r] -> [H, r, dv]
+                   "o": linear(get, f"{p}.o_proj.weight", H * dv, d)}
+
+
+def _mla_rope_columns(cfg: Config) -> tuple[np.ndarray, np.ndarray]:
+    """The file's column behind each of tinyinfer's in q (H heads of dn + dr) and in kv_a (r + dr): the rotary
+    part of each reordered from neighbouring pairs to halves with `interleaved_rope`, the rest in place.
+
+    >>> from tinyinfer.config import Config
+    >>> cfg = Config("deepseek_v3", 10, 4, 1, 1, 1, 6, 4, 8, kv_lora_rank=2, qk_nope_head_dim=1, qk_rope_head_dim=4,
+    ...              interleaved_rope=True)
+    >>> [columns.tolist() for columns in _mla_rope_columns(cfg)]
+    [[0, 1, 3, 2, 4], [0, 1, 2, 4, 3, 5]]
+    """
+    dn, dr, r = cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.kv_lora_rank
+    rope = _halves_order(1, dr) if cfg.interleaved_rope else np.arange(dr)  # [dr]
+    head = np.concatenate([np.arange(dn), dn + rope])  # [dn + dr]
+    q_columns = (np.arange(cfg.n_heads)[:, None] * (dn + dr) + head).ravel()  # [H*(dn + dr)]
+    return q_columns, np.concatenate([np.arange(r), r + rope])
+
+
+def deepseek_mlp(get: Getter, cfg: Config, i: int) -> dict:
+    """Layer i's feed-forward: dense below first_k_dense_replace, else router (+ the V3 bias), experts and the
+    shared experts, one SwiGLU n_shared_experts x moe_intermediate_size wide."""
+    p, d, E = f"model.layers.{i}.mlp", cfg.d_model, cfg.n_experts
+    if not cfg.is_moe_layer(i):
+        return swiglu_mlp(get, p, d, cfg.d_ff)
+    mlp = {"router": linear(get, f"{p}.gate.weight", d, E), "experts": _experts(get, cfg, p)}
+    if cfg.router == "sigmoid_grouped":
+        mlp["router_bias"] = get(f"{p}.gate.e_score_correction_bias", (E,))
+    if cfg.shared_expert_d_ff:
+        mlp["shared"] = swiglu_mlp(get, f"{p}.shared_experts", d, cfg.shared_expert_d_ff)
+    return mlp
+
+
+def deepseek_params(get: Getter, cfg: Config) -> dict:
+    return llama_params(get, cfg, deepseek_mlp, mla_attention)
+
+
 # model_type -> (function building params, name prefixes some checkpoints add)
 PARAM_BUILDERS = {
     "gpt2": (gpt2_params, ("transformer.",)),
@@ -429,6 +492,7 @@ PARAM_BUILDERS = {
     "falcon": (falcon_params, ()),
     "cohere": (cohere_params, ()),
     "cohere2": (cohere_params, ()),
+    "deepseek_v3": (deepseek_params, ()),
 }
 
 
