@@ -199,9 +199,14 @@ class Server(ThreadingHTTPServer):
 
 
 class Handler(BaseHTTPRequestHandler):
-    """One HTTP request, on its own thread: parse, check, submit, then relay the engine's outputs."""
+    """One HTTP request, on its own thread: parse, check, submit, then relay the engine's outputs.
+
+    HTTP/1.1: a client may send its next request on the same connection (OpenAI's client keeps connections
+    open), so every whole answer carries its Content-Length; a stream has none and ends with the connection,
+    as does an error, after which the rest of the request may still be unread."""
 
     server: Server
+    protocol_version = "HTTP/1.1"
 
     def do_GET(self) -> None:
         self._route({"/v1/models": self._models, "/health": lambda: self._send_json(200, {"status": "ok"})})
@@ -292,27 +297,31 @@ class Handler(BaseHTTPRequestHandler):
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
+        self.send_header("Connection", "close")  # the stream's end is the connection's
         self.end_headers()
-        self.streaming = True
+        self.streaming = self.close_connection = True
         for chunk in chunks:
             self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")  # a failed write: ClientGone's twin
         self.wfile.write(b"data: [DONE]\n\n")
 
-    def _send_json(self, status: int, payload: dict) -> None:
+    def _send_json(self, status: int, payload: dict, close: bool = False) -> None:
         data = json.dumps(payload).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
+        if close:
+            self.send_header("Connection", "close")
         self.end_headers()
         self.wfile.write(data)
 
     def _send_error(self, status: int, message: str, param: str | None = None, kind: str = "invalid_request_error"):
         """OpenAI's error body; once a stream has started, its last event instead of a status."""
         error = {"error": {"message": message, "type": kind, "param": param, "code": None}}
+        self.close_connection = True  # what is left of the request (an unread body) must not read as the next one
         try:
             if self.streaming:
                 self.wfile.write(b"data: " + json.dumps(error).encode() + b"\n\n")
             else:
-                self._send_json(status, error)
+                self._send_json(status, error, close=True)
         except ConnectionError:
-            self.close_connection = True
+            pass
