@@ -96,7 +96,7 @@ def route_grouped(h, mlp: dict, cfg: Config):
         group_scores = ranked.reshape(T, cfg.n_groups, -1).max(axis=-1)  # [T, G]: each group's best
     best_groups = xp.argsort(-group_scores, axis=-1, kind="stable")[:, :cfg.topk_groups]  # [T, G] -> [T, topk_groups]
     kept = xp.zeros(group_scores.shape, dtype=bool)  # [T, G]
-    xp.put_along_axis(kept, best_groups, True, axis=-1)
+    kept[xp.arange(T)[:, None], best_groups] = True
     kept = xp.repeat(kept, E // cfg.n_groups, axis=-1)  # [T, G] -> [T, E]: each expert, whether its group is kept
     chosen = xp.argsort(-xp.where(kept, ranked, -xp.inf), axis=-1, kind="stable")[:, :k]  # [T, E] -> [T, k]
     weights = xp.take_along_axis(scores, chosen, axis=-1)  # [T, k]: unbiased

@@ -12,7 +12,10 @@ model code reads, checking every shape on the way:
                     "mlp": {"gate"?, "up", "down", "up_bias"?, "down_bias"?},
                     "post_attn_norm"?, "post_mlp_norm"? (Gemma 2, OLMo 2: on each sublayer's output)}, ...],
         a Mixture-of-Experts layer's "mlp": {"router": [d, E], "experts": [{"gate", "up", "down"} x E],
-                                             "shared"?: {"gate", "up", "down"}, "shared_gate"?: [d, 1]},
+                                             "shared"?: {"gate", "up", "down"}, "shared_gate"?: [d, 1],
+                                             "router_bias"?: [E] (DeepSeek-V3)},
+        a latent-attention layer (DeepSeek) has "q" or "q_a", "q_a_norm", "q_b", and "kv_a", "kv_a_norm",
+        "kv_b_key", "kv_b_value", "o" instead of "qkv" and "o" (see `mla_attention`),
         "final_norm": {"weight", "bias"?},  "lm_head": [d, vocab],  "lm_head_bias"?: [vocab] (Phi),
     }
 
@@ -22,7 +25,8 @@ are stacked side by side into one "qkv" matrix (GPT-2's c_attn and Phi-3's qkv_p
 matrix-vector product instead of three, which streams faster. Phi-3's fused gate_up_proj is split into
 gate and up (its first and second halves). Files that fuse q, k and v in another order (GPT-NeoX and Falcon
 by head or group, Cohere's q and k rotating neighbouring pairs) are reordered into this one at load, so the model
-code knows one layout. Tied embeddings share the embedding table, no copy.
+code knows one layout. DeepSeek-V3's latent attention has projections of its own (`mla_attention`), its
+rotary columns reordered the same way. Tied embeddings share the embedding table, no copy.
 `arrange_for_matvec` then picks each weight's memory order (not its shape) for the fastest decode step.
 """
 
