@@ -1,4 +1,4 @@
-"""DeepSeek-V3 against transformers, on tiny random checkpoints built here.
+"""DeepSeek-V3 and DeepSeek-V2 against transformers, on tiny random checkpoints built here.
 
 What DeepSeek-V3 adds to the Llama body, and where the variants below make it matter:
 - multi-head latent attention (tinyinfer/mla.py), run in the absorbed form over one cached latent key/value head
@@ -9,7 +9,10 @@ What DeepSeek-V3 adds to the Llama body, and where the variants below make it ma
 - the group-limited sigmoid router (tinyinfer/moe.py): 8 experts in 4 groups of which the best 2 are kept (or 2
   groups, 1 kept), a nonzero e_score_correction_bias (random here: transformers initialises it to zero) steering
   the choice only, `norm_topk_prob` both ways, `routed_scaling_factor`; shared experts (n_shared_experts x
-  moe_intermediate_size wide, ungated); the first `first_k_dense_replace` layers dense.
+  moe_intermediate_size wide, ungated); the first `first_k_dense_replace` layers dense;
+- DeepSeek-V2 (the same attention, its RoPE always on neighbouring pairs): softmax routing, `topk_method`
+  "group_limited_greedy" (groups ranked by their best expert) or "greedy" (V2-Lite, with one q_proj), never
+  normalised, times `routed_scaling_factor`.
 
 Every parameter is re-randomised with a wide spread (weights_scripts/make_tiny_models.py says why). MISTAKES shows
 that undoing any switch moves the logits by more than MISTAKE_MIN, far past the tolerance, so the parity is not luck.
@@ -60,11 +63,18 @@ NO_Q_LORA = dict(DEEPSEEK_V3, q_lora_rank=None, rope_interleave=False, norm_topk
                  num_experts_per_tok=2, first_k_dense_replace=2, n_shared_experts=1, routed_scaling_factor=1.5,
                  rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
 
-# name -> (fields, stored dtype)
+DEEPSEEK_V2 = dict({k: v for k, v in DEEPSEEK_V3.items() if k != "rope_interleave"},
+                   topk_method="group_limited_greedy", routed_scaling_factor=2.0)
+V2_LITE = dict(DEEPSEEK_V2, q_lora_rank=None, topk_method="greedy", n_group=None, topk_group=None,
+               routed_scaling_factor=1.5, rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+
+# name -> (transformers config class, fields, stored dtype)
 VARIANTS = {
-    "v3_q_lora_yarn_interleaved": (DEEPSEEK_V3, "float32"),
-    "v3_q_proj_plain_rope_halves": (NO_Q_LORA, "float32"),
-    "v3_bf16": (DEEPSEEK_V3, "bfloat16"),
+    "v3_q_lora_yarn_interleaved": ("DeepseekV3Config", DEEPSEEK_V3, "float32"),
+    "v3_q_proj_plain_rope_halves": ("DeepseekV3Config", NO_Q_LORA, "float32"),
+    "v3_bf16": ("DeepseekV3Config", DEEPSEEK_V3, "bfloat16"),
+    "v2_group_limited_yarn": ("DeepseekV2Config", DEEPSEEK_V2, "float32"),
+    "v2_lite_greedy": ("DeepseekV2Config", V2_LITE, "float32"),
 }
 
 
@@ -72,12 +82,13 @@ VARIANTS = {
 def checkpoint(tmp_path_factory):
     """`checkpoint(name) -> Path`, each variant built once for this module."""
     return built_once(tmp_path_factory.mktemp("deepseek"), lambda name, folder: build_with_transformers(
-        folder, "DeepseekV3Config", VARIANTS[name][0], VARIANTS[name][1], random_buffers=("e_score_correction_bias",)))
+        folder, *VARIANTS[name], random_buffers=("e_score_correction_bias",)))
 
 
 test_logits_match_transformers_at_every_position, test_cached_decode_equals_full_recompute = parity_tests(VARIANTS)
 test_greedy_tokens_equal_transformers_generate, test_serving_engine_gives_the_greedy_tokens_of_generate = \
-    generation_tests(["v3_q_lora_yarn_interleaved", "v3_q_proj_plain_rope_halves"])
+    generation_tests(["v3_q_lora_yarn_interleaved", "v3_q_proj_plain_rope_halves", "v2_group_limited_yarn",
+                      "v2_lite_greedy"])
 test_memory_arithmetic_counts_every_parameter = memory_test(VARIANTS)
 
 
@@ -93,7 +104,8 @@ def _without_correction_bias(params: dict, cfg) -> dict:
 def _rope_left_in_pairs(params: dict, cfg) -> dict:
     """The rotary columns of q_b and kv_a left in the file's neighbouring-pair order (no reordering at load)."""
     q_back, kv_back = (np.argsort(columns) for columns in _mla_rope_columns(cfg))
-    return _layers(params, lambda layer: dict(layer, q_b=layer["q_b"][:, q_back], kv_a=layer["kv_a"][:, kv_back]))
+    q = "q_b" if cfg.q_lora_rank else "q"
+    return _layers(params, lambda layer: dict(layer, **{q: layer[q][:, q_back]}, kv_a=layer["kv_a"][:, kv_back]))
 
 
 def _expanded_scale(cfg) -> dict:
@@ -116,6 +128,12 @@ MISTAKES = {
     "rope_not_reordered": (V3, {}, _rope_left_in_pairs),
     "scale_of_the_latent_width": (V3, _expanded_scale(V3_CONFIG), None),
     "scale_without_mscale": (V3, {"attn_multiplier": (12 + 8) ** -0.5}, None),
+    "v2-no_group_limit": ("v2_group_limited_yarn", {"topk_groups": 4}, None),
+    "v2-no_routed_scaling": ("v2_group_limited_yarn", {"routed_scaling": 1.0}, None),
+    "v2-normalised": ("v2_group_limited_yarn", {"norm_topk_prob": True}, None),  # transformers' V2 never is
+    "v2-rope_not_reordered": ("v2_group_limited_yarn", {}, _rope_left_in_pairs),
+    "v2_lite-rope_not_reordered": ("v2_lite_greedy", {}, _rope_left_in_pairs),
+    "v2_lite-no_routed_scaling": ("v2_lite_greedy", {"routed_scaling": 1.0}, None),
 }
 test_each_mistake_moves_the_logits_far = mistake_test(MISTAKES)
 
@@ -163,24 +181,32 @@ def _edited(folder, tmp_path, **edits):
     return tmp_path
 
 
-@pytest.mark.parametrize("edit, message", [
+@pytest.mark.parametrize("model_type, edit, message", [
+    ("deepseek_v2", {"topk_method": "noaux_tc"}, "topk_method='noaux_tc' is not supported"),
+    ("deepseek_v2", {"mlp_bias": True}, "mlp_bias=true"),
+    ("deepseek_v2", {"attention_bias": True}, "attention_bias=true"),
+    ("deepseek_v2", {"num_experts_per_tok": None}, "num_experts_per_tok=None"),
+] + [("deepseek_v3", edit, message) for edit, message in [
     ({"attention_bias": True}, "attention_bias=true"),
     ({"n_group": 3}, "n_routed_experts=8 in n_group=3 groups"),
     ({"topk_group": 5}, "topk_group=5"),
     ({"num_experts_per_tok": 5, "topk_group": 1}, "num_experts_per_tok=5"),
     ({"qk_rope_head_dim": 7}, "qk_rope_head_dim=7 must be an integer >= 1 and even"),
     ({"kv_lora_rank": None}, "kv_lora_rank=None"),
-])
-def test_unsupported_or_inconsistent_options_are_refused_by_name(edit, message):
+]])
+def test_unsupported_or_inconsistent_options_are_refused_by_name(model_type, edit, message):
+    fields = DEEPSEEK_V3 if model_type == "deepseek_v3" else DEEPSEEK_V2
     with pytest.raises(TinyInferError, match=message):
-        config_from_hf({"model_type": "deepseek_v3", **DEEPSEEK_V3, **edit})
+        config_from_hf({"model_type": model_type, **fields, **edit})
 
 
-def test_fields_left_out_of_config_json_are_read_as_transformers_reads_them(tmp_path):
-    """A config.json with only the sizes: tinyinfer's Config agrees with transformers' config object (the defaults
-    of the rest, HF_DEFAULTS, are those of DeepseekV3Config: tests/test_config_variants.py)."""
-    sizes = dict(model_type="deepseek_v3", vocab_size=300, hidden_size=128, num_hidden_layers=5,
-                 num_attention_heads=32, intermediate_size=96, moe_intermediate_size=32)
+@pytest.mark.parametrize("model_type", ["deepseek_v2", "deepseek_v3"])
+def test_fields_left_out_of_config_json_are_read_as_transformers_reads_them(model_type, tmp_path):
+    """A config.json with only the sizes (and V2's top-k, null by default): tinyinfer's Config agrees with
+    transformers' config object (the defaults of the rest, HF_DEFAULTS, are those of the config classes:
+    tests/test_config_variants.py)."""
+    sizes = dict(model_type=model_type, vocab_size=300, hidden_size=128, num_hidden_layers=5, num_attention_heads=32,
+                 intermediate_size=96, moe_intermediate_size=32, num_experts_per_tok=4)
     (tmp_path / "config.json").write_text(json.dumps(sizes))
     theirs, ours = transformers.AutoConfig.from_pretrained(tmp_path), tinyinfer.config.load_hf_config(tmp_path)
     assert (ours.n_kv_heads, ours.head_dim) == (1, theirs.kv_lora_rank + theirs.qk_rope_head_dim)
@@ -189,10 +215,13 @@ def test_fields_left_out_of_config_json_are_read_as_transformers_reads_them(tmp_
         theirs.rms_norm_eps, theirs.rope_parameters["rope_theta"], theirs.max_position_embeddings,
         theirs.tie_word_embeddings)
     assert (ours.q_lora_rank, ours.qk_nope_head_dim, ours.v_head_dim, ours.interleaved_rope) == (
-        theirs.q_lora_rank, theirs.qk_nope_head_dim, theirs.v_head_dim, theirs.rope_interleave)
+        theirs.q_lora_rank, theirs.qk_nope_head_dim, theirs.v_head_dim, getattr(theirs, "rope_interleave", True))
     assert ours.attention_scale(0) == theirs.qk_head_dim ** -0.5
-    assert (ours.n_experts, ours.n_experts_per_tok, ours.n_groups, ours.topk_groups, ours.routed_scaling,
-            ours.norm_topk_prob) == (theirs.n_routed_experts, theirs.num_experts_per_tok, theirs.n_group,
-                                     theirs.topk_group, theirs.routed_scaling_factor, theirs.norm_topk_prob)
+    assert (ours.n_experts, ours.n_experts_per_tok, ours.routed_scaling, ours.norm_topk_prob) == (
+        theirs.n_routed_experts, theirs.num_experts_per_tok, theirs.routed_scaling_factor, theirs.norm_topk_prob)
+    if model_type == "deepseek_v3":
+        assert (ours.router, ours.n_groups, ours.topk_groups) == ("sigmoid_grouped", theirs.n_group, theirs.topk_group)
+    else:  # greedy: one group holding every expert
+        assert (theirs.topk_method, ours.router, ours.n_groups, ours.topk_groups) == ("greedy", "softmax_grouped", 1, 1)
     assert [ours.is_moe_layer(i) for i in range(5)] == [i >= theirs.first_k_dense_replace for i in range(5)]
     assert ours.shared_expert_d_ff == theirs.moe_intermediate_size * theirs.n_shared_experts

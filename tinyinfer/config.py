@@ -85,8 +85,8 @@ class Config:
     shared_expert_d_ff: int = 0  # Qwen2-MoE: an always-on expert behind a sigmoid gate (0 = none)
     moe_layers: list[int] | None = None  # layers whose MLP is a MoE (None = all of them, when n_experts)
     shared_expert_gated: bool = True  # Qwen2-MoE's shared expert is scaled by a sigmoid gate; DeepSeek's is not
-    # how the router chooses (tinyinfer/moe.py): "softmax" (Mixtral, Qwen, OLMoE, DeepSeek-V2's greedy), "sigmoid_grouped"
-    # (DeepSeek-V3: sigmoid scores, a bias steering the choice, n_groups groups), "softmax_grouped" (DeepSeek-V2)
+    # how the router chooses (tinyinfer/moe.py): "softmax" (Mixtral, Qwen, OLMoE), "sigmoid_grouped" (DeepSeek-V3:
+    # sigmoid scores, a bias steering the choice, n_groups groups), "softmax_grouped" (DeepSeek-V2; greedy: 1 group)
     router: str = "softmax"
     n_groups: int = 1  # experts come in n_groups groups; a token picks among those of its best topk_groups groups
     topk_groups: int = 1
@@ -119,6 +119,8 @@ class Config:
             raise TinyInferError(
                 f"config: num_attention_heads={self.n_heads} is not a multiple of num_key_value_heads={self.n_kv_heads}"
             )
+        if self.router not in ("softmax", "sigmoid_grouped", "softmax_grouped"):
+            raise TinyInferError(f"config: router {self.router!r} is not one of softmax, sigmoid_grouped, softmax_grouped")
         if self.n_experts and not 1 <= self.n_experts_per_tok <= self.n_experts:
             raise TinyInferError(
                 f"config: num_experts_per_tok={self.n_experts_per_tok} must be between 1 and the number of experts "
@@ -269,7 +271,8 @@ BIAS_FIELDS = {
     "cohere2": ("attention_bias", "attention_bias", False),
     "olmo": ("attention_bias", "attention_bias", False),
     "phi": (True, True, True),
-    "deepseek_v3": (False, False, False),  # attention_bias: refused (_mla)
+    "deepseek_v2": (False, False, False),  # attention_bias, mlp_bias: refused (_mla, _deepseek)
+    "deepseek_v3": (False, False, False),
 }
 
 
@@ -285,7 +288,8 @@ def _sliding(c: dict) -> tuple[int | None, list[str]]:
         gemma, granite,
         olmo2, phi,
         stablelm, cohere,
-        olmo, deepseek_v3
+        olmo, deepseek_v2,
+        deepseek_v3
         gemma2, gemma3,    the layers `layer_types` names; by default all but every `pattern`-th: the even
         cohere2            ones (Gemma 2: 2), five layers of six (Gemma 3: `sliding_window_pattern`, 6), three
                            of four (Cohere 2: `sliding_window_pattern`, 4)
@@ -307,7 +311,7 @@ def _sliding(c: dict) -> tuple[int | None, list[str]]:
     switched = model_type in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe")  # off unless use_sliding_window
     window = c.get("sliding_window") if not switched or c["use_sliding_window"] else None
     if model_type in ("llama", "olmoe", "gemma", "granite", "olmo2", "phi", "stablelm", "cohere", "olmo",
-                      "deepseek_v3") or not window:
+                      "deepseek_v2", "deepseek_v3") or not window:
         return None, ["full_attention"] * n
     if model_type in ("mistral", "mixtral", "qwen3_moe", "phi3", "starcoder2"):
         return window, ["sliding_attention"] * n
@@ -613,27 +617,43 @@ def _olmoe(c: dict) -> dict:
                 qk_norm_span="full")
 
 
-def _deepseek_v3(c: dict) -> dict:
-    """DeepSeek-V3 (R1, Kimi-K2, Moonlight): a Llama body with multi-head latent attention (tinyinfer/mla.py) and,
-    from layer `first_k_dense_replace` on, a Mixture-of-Experts routed by sigmoid scores within groups
-    (tinyinfer/moe.py) beside `n_shared_experts` always-on experts, fused into one SwiGLU of n_shared_experts x
-    moe_intermediate_size. The rotary coordinates rotate neighbouring pairs with `rope_interleave` (reordered at load,
-    tinyinfer/weights.py). `attention_bias` (biases on q_a_proj, kv_a_proj_with_mqa and o_proj) is refused."""
-    n, E = c["num_hidden_layers"], c["n_routed_experts"]
-    n_groups, topk_groups, k = c["n_group"], c["topk_group"], c["num_experts_per_tok"]
+def _deepseek(c: dict) -> dict:
+    """DeepSeek-V2 (V2-Lite) and V3 (R1, Kimi-K2, Moonlight): a Llama body with multi-head latent attention
+    (tinyinfer/mla.py) and, from layer `first_k_dense_replace` on, a Mixture-of-Experts beside `n_shared_experts`
+    always-on experts, fused into one ungated SwiGLU of n_shared_experts x moe_intermediate_size. Their routers
+    (tinyinfer/moe.py) differ:
+
+        deepseek_v3  sigmoid scores, e_score_correction_bias steering the choice, groups ranked by their two
+                     best scores; weights normalised with `norm_topk_prob`
+        deepseek_v2  softmax probabilities; `topk_method` "greedy" (the top-k of all) or "group_limited_greedy"
+                     (groups ranked by their best); never normalised (transformers ignores norm_topk_prob)
+
+    and both multiply the weights by `routed_scaling_factor`. V3 rotates neighbouring pairs with `rope_interleave`,
+    V2 always (its complex-number RoPE); the loader reorders them (tinyinfer/weights.py). `attention_bias` and V2's
+    `mlp_bias` are refused."""
+    model_type, n, E, k = c["model_type"], c["num_hidden_layers"], c["n_routed_experts"], c["num_experts_per_tok"]
+    v3 = model_type == "deepseek_v3"
+    method = "group_limited_greedy" if v3 else c["topk_method"]
+    if method not in ("greedy", "group_limited_greedy"):
+        raise TinyInferError(f"config.json ({model_type}): topk_method={method!r} is not supported (supported: greedy, "
+                             "group_limited_greedy)")
+    if not v3 and c["mlp_bias"]:
+        raise TinyInferError("config.json (deepseek_v2): mlp_bias=true is not supported; only mlp_bias false, as in "
+                             "the DeepSeek-V2 releases, is")
+    n_groups, topk_groups = (c["n_group"], c["topk_group"]) if method == "group_limited_greedy" else (1, 1)
     for key, value in (("n_group", n_groups), ("topk_group", topk_groups), ("num_experts_per_tok", k)):
         if not is_integer_at_least(value):
-            raise TinyInferError(f"config.json (deepseek_v3): {key}={value!r} must be an integer >= 1")
-    if E % n_groups or E // n_groups < 2 or topk_groups > n_groups or k > topk_groups * (E // n_groups):
-        raise TinyInferError(f"config.json (deepseek_v3): n_routed_experts={E} in n_group={n_groups} groups, the best "
-                             f"topk_group={topk_groups} kept, num_experts_per_tok={k}: the groups must be equal and of "
-                             "at least 2 experts, topk_group at most n_group, and the kept groups hold at least "
-                             "num_experts_per_tok experts")
+            raise TinyInferError(f"config.json ({model_type}): {key}={value!r} must be an integer >= 1")
+    if E % n_groups or E // n_groups < 1 + v3 or topk_groups > n_groups or k > topk_groups * (E // n_groups):
+        raise TinyInferError(f"config.json ({model_type}): n_routed_experts={E} in n_group={n_groups} groups, the best "
+                             f"topk_group={topk_groups} kept, num_experts_per_tok={k}: the groups must be equal (and "
+                             "of at least 2 experts in V3), topk_group at most n_group, and the kept groups hold at "
+                             "least num_experts_per_tok experts")
     return dict(_mla(c), n_experts=E, n_experts_per_tok=k, moe_d_ff=c["moe_intermediate_size"],
-                norm_topk_prob=c["norm_topk_prob"], shared_expert_d_ff=c["moe_intermediate_size"] * c["n_shared_experts"],
-                shared_expert_gated=False, router="sigmoid_grouped", n_groups=n_groups, topk_groups=topk_groups,
-                routed_scaling=c["routed_scaling_factor"],
-                moe_layers=list(range(c["first_k_dense_replace"] or 0, n)))
+                norm_topk_prob=bool(v3 and c["norm_topk_prob"]),
+                shared_expert_d_ff=c["moe_intermediate_size"] * c["n_shared_experts"], shared_expert_gated=False,
+                router="sigmoid_grouped" if v3 else "softmax_grouped", n_groups=n_groups, topk_groups=topk_groups,
+                routed_scaling=c["routed_scaling_factor"], moe_layers=list(range(c["first_k_dense_replace"] or 0, n)))
 
 
 def _mla(c: dict) -> dict:
@@ -663,7 +683,7 @@ def _mla(c: dict) -> dict:
     return dict(fields, n_kv_heads=1, head_dim=sizes["kv_lora_rank"] + sizes["qk_rope_head_dim"], rope_theta=theta,
                 rope_scaling=scaling, attn_multiplier=scale, q_lora_rank=c["q_lora_rank"], **{
                     key: sizes[key] for key in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")},
-                interleaved_rope=c["rope_interleave"])
+                interleaved_rope=c.get("rope_interleave", True))  # V2: always
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -867,6 +887,11 @@ HF_DEFAULTS = {
     "cohere2": dict(max_position_embeddings=8192, layer_norm_eps=1e-5, hidden_act="silu", rope_theta=10000.0,
                     tie_word_embeddings=True, num_key_value_heads=None, attention_bias=False, logit_scale=0.0625,
                     sliding_window=4096, layer_types=None),
+    "deepseek_v2": dict(_LLAMA_LIKE, vocab_size=102400, num_key_value_heads=None, attention_bias=False, mlp_bias=False,
+                        first_k_dense_replace=0, kv_lora_rank=512, q_lora_rank=1536, n_group=None, n_routed_experts=64,
+                        n_shared_experts=2, qk_nope_head_dim=128, qk_rope_head_dim=64, routed_scaling_factor=1.0,
+                        topk_group=None, topk_method="greedy", norm_topk_prob=False, v_head_dim=128,
+                        num_experts_per_tok=None, moe_intermediate_size=1407),
     "deepseek_v3": dict(_LLAMA_LIKE, vocab_size=129280, hidden_size=7168, intermediate_size=18432,
                         moe_intermediate_size=2048, num_hidden_layers=61, num_attention_heads=128,
                         num_key_value_heads=128, n_shared_experts=1, n_routed_experts=256, routed_scaling_factor=2.5,
@@ -901,7 +926,8 @@ HF_CONFIG_READERS = {
     "falcon": _falcon,
     "cohere": _cohere,
     "cohere2": _cohere2,
-    "deepseek_v3": _deepseek_v3,
+    "deepseek_v2": _deepseek,
+    "deepseek_v3": _deepseek,
 }
 
 

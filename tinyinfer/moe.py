@@ -21,7 +21,8 @@ training) of which a token may use only the best few, ranked by the sum of their
     chosen   = top_k of `biased` within those groups            [T, k]
     weights  = scores[chosen] (/ their sum, norm_topk_prob) x routed_scaling_factor
 
-DeepSeek-V2 ("softmax_grouped") ranks softmax probabilities, each group by its best expert, without a bias.
+DeepSeek-V2 ("softmax_grouped") ranks softmax probabilities, each group by its best expert, without a bias (its
+"greedy" routing is one group holding every expert).
 
 A token pays for k experts, not E: the parameters grow with E (and all of them must be resident in memory,
 since the next token may want any expert), the compute per token grows with k only. Mixtral-8x7B holds 47B
@@ -146,9 +147,7 @@ def moe_feed_forward(h, mlp: dict, cfg: Config, stats: RoutingStats | None = Non
     """One Mixture-of-Experts layer: route, dispatch, add the shared expert when there is one.  [T, d] -> [T, d]"""
     if cfg.router == "softmax":
         weights, chosen, probs = route(h, mlp["router"], cfg.n_experts_per_tok, cfg.norm_topk_prob)
-        if cfg.routed_scaling != 1.0:  # DeepSeek-V2's greedy routing
-            weights = weights * h.dtype.type(np.float32(cfg.routed_scaling))
-    else:
+    else:  # DeepSeek
         weights, chosen, probs = route_grouped(h, mlp, cfg)
     if stats is not None:
         stats.record(layer, chosen, probs)

@@ -408,7 +408,7 @@ def moe_params(get: Getter, cfg: Config) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# DeepSeek-V3: latent attention (tinyinfer/mla.py) and experts behind a group-limited router (tinyinfer/moe.py)
+# DeepSeek-V2 and V3: latent attention (tinyinfer/mla.py) and experts behind a group-limited router (tinyinfer/moe.py)
 #     model.layers.{i}.self_attn.q_proj | q_a_proj, q_a_layernorm, q_b_proj;  kv_a_proj_with_mqa, kv_a_layernorm,
 #         kv_b_proj, o_proj
 #     model.layers.{i}.mlp.gate.weight, .gate.e_score_correction_bias, .experts..., .shared_experts.{gate,up,down}_proj
@@ -417,8 +417,9 @@ def moe_params(get: Getter, cfg: Config) -> dict:
 def mla_attention(get: Getter, cfg: Config, p: str) -> dict:
     """One layer's latent attention: {"q" | "q_a", "q_a_norm", "q_b"; "kv_a", "kv_a_norm", "kv_b_key" [H, dn, r],
     "kv_b_value" [H, r, dv], "o"}. kv_b_proj [H*(dn + dv), r] holds per head the key half (dn rows) then the value
-    half (dv rows). With `interleaved_rope` the rotary coordinates of the queries and of the shared key (the
-    last dr of each) pair neighbours in the file; they are reordered into tinyinfer's halves, as Cohere's are."""
+    half (dv rows). With `interleaved_rope` (V3's rope_interleave; V2's complex numbers) the rotary coordinates of
+    the queries and of the shared key (the last dr of each) pair neighbours in the file; they are reordered into
+    tinyinfer's halves, as Cohere's are: moving q's and k's coordinates alike changes no dot product."""
     d, H, r, dr = cfg.d_model, cfg.n_heads, cfg.kv_lora_rank, cfg.qk_rope_head_dim
     dn, dv, ql = cfg.qk_nope_head_dim, cfg.v_head_dim, cfg.q_lora_rank
     q_columns, kv_columns = _mla_rope_columns(cfg)
@@ -454,7 +455,7 @@ def _mla_rope_columns(cfg: Config) -> tuple[np.ndarray, np.ndarray]:
 
 def deepseek_mlp(get: Getter, cfg: Config, i: int) -> dict:
     """Layer i's feed-forward: dense below first_k_dense_replace, else router (+ the V3 bias), experts and the
-    shared experts, one SwiGLU n_shared_experts x moe_intermediate_size wide."""
+    shared experts, one SwiGLU n_shared_experts x moe_intermediate_size wide (V2's router has no bias)."""
     p, d, E = f"model.layers.{i}.mlp", cfg.d_model, cfg.n_experts
     if not cfg.is_moe_layer(i):
         return swiglu_mlp(get, p, d, cfg.d_ff)
@@ -496,6 +497,7 @@ PARAM_BUILDERS = {
     "falcon": (falcon_params, ()),
     "cohere": (cohere_params, ()),
     "cohere2": (cohere_params, ()),
+    "deepseek_v2": (deepseek_params, ()),
     "deepseek_v3": (deepseek_params, ()),
 }
 
