@@ -46,6 +46,7 @@ from tiny_models import (
 
 import tinyinfer
 import tinyinfer.config
+import tinyinfer.model
 from tinyinfer.config import config_from_hf
 from tinyinfer.engine.paged_cache import PagedKVCache
 from tinyinfer.errors import TinyInferError
@@ -186,6 +187,11 @@ def _edited(folder, tmp_path, **edits):
     ("deepseek_v2", {"mlp_bias": True}, "mlp_bias=true"),
     ("deepseek_v2", {"attention_bias": True}, "attention_bias=true"),
     ("deepseek_v2", {"num_experts_per_tok": None}, "num_experts_per_tok=None"),
+    ("deepseek_v2", {"norm_topk_prob": True}, "norm_topk_prob=True is not supported: transformers' deepseek_v2 "
+                                              "ignores it"),
+    ("deepseek_v2", {"moe_layer_freq": 2}, "moe_layer_freq=2"),
+    ("deepseek_v3", {"scoring_func": "softmax"}, "scoring_func='softmax'"),
+    ("deepseek_v3", {"topk_method": "greedy"}, "topk_method='greedy'"),
 ] + [("deepseek_v3", edit, message) for edit, message in [
     ({"attention_bias": True}, "attention_bias=true"),
     ({"n_group": 3}, "n_routed_experts=8 in n_group=3 groups"),
@@ -225,3 +231,24 @@ def test_fields_left_out_of_config_json_are_read_as_transformers_reads_them(mode
         assert (theirs.topk_method, ours.router, ours.n_groups, ours.topk_groups) == ("greedy", "softmax_grouped", 1, 1)
     assert [ours.is_moe_layer(i) for i in range(5)] == [i >= theirs.first_k_dense_replace for i in range(5)]
     assert ours.shared_expert_d_ff == theirs.moe_intermediate_size * theirs.n_shared_experts
+
+
+def test_rope_and_score_scale_of_a_hub_config_are_transformers():
+    """DeepSeek-V3's own config.json (older dialect: rope_scaling with "type": "yarn", factor 40, mscale and
+    mscale_all_dim 1, over 4096 original positions; 128 + 64 query/key coordinates), at a tiny width: the rotary
+    frequencies, the factor on cos and sin, and the score scale are those of transformers' modules."""
+    from transformers.models.deepseek_v3 import modeling_deepseek_v3 as hf
+
+    hub = dict(model_type="deepseek_v3", vocab_size=300, hidden_size=64, intermediate_size=96, num_hidden_layers=1,
+               num_attention_heads=2, num_key_value_heads=2, moe_intermediate_size=32, kv_lora_rank=32,
+               q_lora_rank=48, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
+               max_position_embeddings=163840, rope_theta=10000, topk_method="noaux_tc", scoring_func="sigmoid",
+               rope_scaling={"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0, "mscale_all_dim": 1.0,
+                             "original_max_position_embeddings": 4096, "type": "yarn"})
+    theirs = transformers.DeepseekV3Config(**{k: v for k, v in hub.items() if k != "model_type"})
+    rotary, attention = hf.DeepseekV3RotaryEmbedding(theirs), hf.DeepseekV3Attention(theirs, 0)
+    model = tinyinfer.model.Model(config_from_hf(hub), {"layers": [], "lm_head": np.zeros((64, 300), np.float32)})
+    np.testing.assert_array_equal(model.inv_freq, rotary.inv_freq.numpy())
+    assert model.rope_factor == pytest.approx(rotary.attention_scaling, rel=1e-12)
+    assert model.config.attention_scale(0) == pytest.approx(attention.scaling, rel=1e-12)
+    assert attention.scaling > 1.8 * 192 ** -0.5  # mscale(40)^2 = 1.87: a scale without it would be far off

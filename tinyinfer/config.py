@@ -196,7 +196,7 @@ def _check_numbers(cfg: Config) -> None:
                                  "(or the llama2.c header)")
     optional = ("query_pre_attn_scalar", "attn_softcap", "final_softcap", "local_rope_theta",
                 "attn_multiplier", "clip_qkv")  # None: not used
-    scales = ("embed_scale", "residual_scale", "logits_divisor")
+    scales = ("embed_scale", "residual_scale", "logits_divisor", "routed_scaling")
     for name in ("norm_eps", "rope_theta", "partial_rotary_factor", *scales, *optional):
         value = getattr(cfg, name)
         if value is None and name in optional:
@@ -626,11 +626,12 @@ def _deepseek(c: dict) -> dict:
         deepseek_v3  sigmoid scores, e_score_correction_bias steering the choice, groups ranked by their two
                      best scores; weights normalised with `norm_topk_prob`
         deepseek_v2  softmax probabilities; `topk_method` "greedy" (the top-k of all) or "group_limited_greedy"
-                     (groups ranked by their best); never normalised (transformers ignores norm_topk_prob)
+                     (groups ranked by their best); never normalised
 
     and both multiply the weights by `routed_scaling_factor`. V3 rotates neighbouring pairs with `rope_interleave`,
-    V2 always (its complex-number RoPE); the loader reorders them (tinyinfer/weights.py). `attention_bias` and V2's
-    `mlp_bias` are refused."""
+    V2 always (its complex-number RoPE); the loader reorders them (tinyinfer/weights.py). `attention_bias`, V2's
+    `mlp_bias`, and the fields of DeepSeek's own files that transformers ignores, when not at the value it assumes
+    (`DEEPSEEK_IGNORED`), are refused."""
     model_type, n, E, k = c["model_type"], c["num_hidden_layers"], c["n_routed_experts"], c["num_experts_per_tok"]
     v3 = model_type == "deepseek_v3"
     method = "group_limited_greedy" if v3 else c["topk_method"]
@@ -640,6 +641,11 @@ def _deepseek(c: dict) -> dict:
     if not v3 and c["mlp_bias"]:
         raise TinyInferError("config.json (deepseek_v2): mlp_bias=true is not supported; only mlp_bias false, as in "
                              "the DeepSeek-V2 releases, is")
+    for key, meant in DEEPSEEK_IGNORED[model_type].items():  # DeepSeek's own code reads them, transformers does not
+        if c.get(key, meant) != meant:
+            raise TinyInferError(f"config.json ({model_type}): {key}={c[key]!r} is not supported: transformers' "
+                                 f"{model_type} ignores it (and runs as if {key}={meant!r}) where DeepSeek's own code "
+                                 f"would not, so its meaning is unclear; only {meant!r} is supported")
     n_groups, topk_groups = (c["n_group"], c["topk_group"]) if method == "group_limited_greedy" else (1, 1)
     for key, value in (("n_group", n_groups), ("topk_group", topk_groups), ("num_experts_per_tok", k)):
         if not is_integer_at_least(value):
@@ -654,6 +660,14 @@ def _deepseek(c: dict) -> dict:
                 shared_expert_d_ff=c["moe_intermediate_size"] * c["n_shared_experts"], shared_expert_gated=False,
                 router="sigmoid_grouped" if v3 else "softmax_grouped", n_groups=n_groups, topk_groups=topk_groups,
                 routed_scaling=c["routed_scaling_factor"], moe_layers=list(range(c["first_k_dense_replace"] or 0, n)))
+
+
+# Fields of DeepSeek's original config.json files that transformers ignores, and the value it behaves as if they had
+# (the releases' values): another value is refused, since DeepSeek's own code and transformers would differ
+DEEPSEEK_IGNORED = {
+    "deepseek_v2": {"scoring_func": "softmax", "norm_topk_prob": False, "moe_layer_freq": 1},
+    "deepseek_v3": {"scoring_func": "sigmoid", "topk_method": "noaux_tc", "moe_layer_freq": 1},
+}
 
 
 def _mla(c: dict) -> dict:

@@ -68,8 +68,8 @@ def _yarn_scaled(inv_freq: np.ndarray, periods: np.ndarray, s: dict, head_dim: i
         low, high = math.floor(low), math.ceil(high)
     low, high = max(low, 0), min(high, head_dim - 1)
     ramp = (np.arange(head_dim // 2, dtype=np.float32) - low) / ((high - low) or 0.001)  # [hd/2]
-    divided = np.clip(ramp, 0, 1)  # 0: kept as is, 1: divided by factor
-    return np.float32(1.0) / (s["factor"] * periods) * divided + inv_freq * (1 - divided)
+    kept = 1 - np.clip(ramp, 0, 1)  # 1: kept as is, 0: divided by factor (and 1 - kept, as transformers rounds it)
+    return np.float32(1.0) / (s["factor"] * periods) * (1 - kept) + inv_freq * kept
 
 
 def rope_attention_factor(scaling: dict | None) -> float:
