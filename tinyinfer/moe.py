@@ -82,8 +82,8 @@ def route_grouped(h, mlp: dict, cfg: Config):
     h [T, d] -> weights [T, k] (h's dtype), chosen [T, k] (expert ids), probs [T, E] (float32; sigmoid scores
     divided by their sum, so that routing statistics read them as a distribution)
 
-    Four experts in two groups, scores (0.9, 0.1 | 0.6, 0.5), top-2 of the best group: group 2 (1.1 > 1.0), so
-    experts 2 and 3, though expert 0 scores best.
+    Four experts in two groups, scores (0.9, 0.1 | 0.6, 0.5), one group kept, top-2: the second group (0.6 + 0.5
+    = 1.1 beats 0.9 + 0.1), so experts 2 and 3, though expert 0 scores best (tests/test_deepseek.py works it out).
     """
     xp, T, E, k = xp_of(h), h.shape[0], cfg.n_experts, cfg.n_experts_per_tok
     logits = (h @ mlp["router"]).astype(np.float32)  # [T, d] -> [T, E]; float32 like the reference
