@@ -50,6 +50,7 @@ import tinyinfer.model
 from tinyinfer.config import config_from_hf
 from tinyinfer.engine.paged_cache import PagedKVCache
 from tinyinfer.errors import TinyInferError
+from tinyinfer.cli import main
 from tinyinfer.memory import kv_bytes_per_token
 from tinyinfer.model import SeqChunk
 from tinyinfer.weights import _mla_rope_columns
@@ -139,19 +140,24 @@ MISTAKES = {
 test_each_mistake_moves_the_logits_far = mistake_test(MISTAKES)
 
 
-def test_kv_cache_holds_one_latent_head_per_token_and_layer(checkpoint):
+def test_kv_cache_holds_one_latent_head_per_token_and_layer(checkpoint, capsys):
     """Per token and layer the cache holds K = [normed latent | rotated shared key], kv_lora_rank + qk_rope_head_dim
-    = 24 numbers (and V the same 24 again: tinyinfer's caches keep a V beside every K); transformers' cache of the
-    same model holds those 24 as its key (the 16-number latent) and value (the 8-number rotary key)."""
+    = 24 numbers, and V is the same array (the values are the keys: one array, contiguous and paged alike);
+    transformers' cache of the same model holds those 24 as its key (the 16-number latent) and value (the
+    8-number rotary key)."""
     folder = checkpoint(V3)
     model = tinyinfer.load(folder)
     cfg, per_token = model.config, 16 + 8
     assert (cfg.n_kv_heads, cfg.head_dim) == (1, per_token)
     cache = model.new_cache(1, 32)
-    assert cache.k.shape == cache.v.shape == (3, 1, 1, 32, per_token)  # [layers, seqs, KV, max_len, hd]
+    assert cache.k.shape == (3, 1, 1, 32, per_token) and cache.v is cache.k  # [layers, seqs, KV, max_len, hd]
+    assert cache.nbytes == 3 * 32 * per_token * 4
     paged = PagedKVCache(cfg, n_blocks=4, block_size=8)
-    assert paged.k[0].shape[0] * paged.k[0].shape[-1] == per_token
-    assert cfg.kv_bytes_per_token == kv_bytes_per_token(3, 1, per_token, 4) == 2 * 3 * per_token * 4
+    assert paged.k[0].shape[0] * paged.k[0].shape[-1] == per_token and paged.v is paged.k
+    assert paged.nbytes == 3 * 4 * 8 * per_token * 4
+    assert cfg.kv_bytes_per_token == kv_bytes_per_token(3, 1, per_token, 4) // 2 == 3 * per_token * 4
+    assert main(["memory", "--model", str(folder), "--dtype", "fp32"]) == 0
+    assert f"1 x 3 layers x 1 kv_heads x {per_token} head_dim x 4 B = {3 * per_token * 4:,} B" in capsys.readouterr().out
     ids = prompt_ids(5)
     with torch.no_grad():
         hf_cache = hf_model(folder)(torch.tensor([ids]), use_cache=True).past_key_values

@@ -163,9 +163,16 @@ class Config:
         return self.sliding_window if self.layer_types[layer] == "sliding_attention" else None
 
     @property
+    def values_are_keys(self) -> bool:
+        """Whether a token's cached value is its cached key (latent attention: one latent vector serves as both),
+        so a cache keeps one array for the two."""
+        return bool(self.kv_lora_rank)
+
+    @property
     def kv_bytes_per_token(self) -> int:
-        """fp32 bytes of K and V one token adds to the cache: 2 x layers x kv_heads x head_dim x 4."""
-        return 2 * self.n_layers * self.n_kv_heads * self.head_dim * 4
+        """fp32 bytes of K and V one token adds to the cache: 2 x layers x kv_heads x head_dim x 4 (once, not
+        twice, when the values are the keys)."""
+        return (1 if self.values_are_keys else 2) * self.n_layers * self.n_kv_heads * self.head_dim * 4
 
 
 # Bad input: the fields that size arrays, and the numbers and ids the model computes with, checked before any

@@ -5,6 +5,8 @@ for every new token. With it, a decode step projects one token and reads the cac
 
     bytes per token = 2 (K and V) x n_layers x n_kv_heads x head_dim x bytes per number
 
+(once, not twice, for latent attention, whose cached values are its keys: tinyinfer/mla.py).
+
 `ContiguousKVCache` preallocates one slab per sequence slot for `max_len` tokens and writes new entries in
 place (no concatenation per step). The numbers are stored in the model's dtype, or with fewer bytes
 (`kv_cache_dtype`: float16 or int8, see tinyinfer/kv_quant.py). The interface is two methods, so a paged cache can replace it:
@@ -35,11 +37,12 @@ class ContiguousKVCache:
         shape = (config.n_layers, max_seqs, config.n_kv_heads, self.max_len, config.head_dim)
         kv_cache_dtype = check_kv_cache_dtype(kv_cache_dtype)
         self.k = kv_storage(shape, kv_cache_dtype, dtype, xp)  # [layers, seqs, KV, max_len, hd]
-        self.v = kv_storage(shape, kv_cache_dtype, dtype, xp)
+        # latent attention's values are its keys (Config.values_are_keys): one array, written twice with the same numbers
+        self.v = self.k if config.values_are_keys else kv_storage(shape, kv_cache_dtype, dtype, xp)
 
     @property
     def nbytes(self) -> int:
-        return self.k.nbytes + self.v.nbytes
+        return self.k.nbytes + (0 if self.v is self.k else self.v.nbytes)
 
     def write(self, layer: int, seq_id: int, start: int, k, v) -> None:
         # BEGIN EXERCISE 5.1: write new keys and values into the cache in place

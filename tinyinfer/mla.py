@@ -26,9 +26,10 @@ and the value matrix moves past the attention weights, which sum over tokens whi
 So attention runs as multi-query attention over ONE key/value head of r + dr numbers per token: the query of head h
 is [q_absorbed_h | q_rope_h], the key [c | k_rope], and the value the same vector (the first r numbers of each
 head's output are its mix of latents; the last dr, a mix of rotary keys, are dropped). The existing cache, paged
-cache and batched decode serve it unchanged (`Config.n_kv_heads` 1, `Config.head_dim` r + dr). DeepSeek-V3
-(r 512, dr 64, 128 heads of dn 128 and dv 128) caches 576 numbers per token and layer in K (tinyinfer's cache keeps
-them again in V: 1,152) where expanded keys and values would take 128 x (192 + 128) = 40,960.
+cache and batched decode serve it unchanged (`Config.n_kv_heads` 1, `Config.head_dim` r + dr), keeping one array
+for keys and values since they are the same (`Config.values_are_keys`). DeepSeek-V3 (r 512, dr 64, 128 heads of
+dn 128 and dv 128) caches 576 numbers per token and layer, where expanded keys and values would take
+128 x (192 + 128) = 40,960.
 
 The absorbed order of operations differs from transformers' expanded one by float rounding only. The scale of
 the scores is (dn + dr)^-1/2 (what the expanded key is wide), times mscale^2 under YaRN (`Config.attn_multiplier`).

@@ -27,13 +27,16 @@ def add_arguments(parser) -> None:
 
 
 def describe(n_params: int, layers: int, kv_heads: int, head_dim: int, context: int, batch: int, dtype: str,
-             bandwidth_gb_s: float, extra: dict | None = None, active_params: int | None = None) -> list[str]:
+             bandwidth_gb_s: float, extra: dict | None = None, active_params: int | None = None,
+             values_are_keys: bool = False) -> list[str]:
     """The lines `tinyinfer memory` prints.
 
     `active_params` (Mixture-of-Experts): the parameters one token uses. Memory must hold all `n_params`
     (any token may pick any expert), but one decode step of one stream reads only the active ones.
+    `values_are_keys` (latent attention): the cache keeps one latent per token, not a key and a value.
     """
-    per_token = kv_bytes_per_token(layers, kv_heads, head_dim, BYTES_PER_PARAM[dtype])
+    copies = 1 if values_are_keys else 2
+    per_token = kv_bytes_per_token(layers, kv_heads, head_dim, BYTES_PER_PARAM[dtype]) * copies // 2
     weights = weight_bytes(n_params, dtype)
     read_per_token = weight_bytes(active_params or n_params, dtype)
     per_sequence = per_token * context
@@ -42,7 +45,7 @@ def describe(n_params: int, layers: int, kv_heads: int, head_dim: int, context: 
     lines.append("weights:              " + ", ".join(f"{d} {_size(weight_bytes(n_params, d))}" for d in BYTES_PER_PARAM))
     lines += [
         f"KV cache ({dtype}):",
-        f"  per token:          2 x {layers} layers x {kv_heads} kv_heads x {head_dim} head_dim x "
+        f"  per token:          {copies} x {layers} layers x {kv_heads} kv_heads x {head_dim} head_dim x "
         f"{BYTES_PER_PARAM[dtype]:g} B = {per_token:,} B ({_size(per_token)})",
         f"  per sequence:       x {context:,} tokens = {_size(per_sequence)}",
         f"  for the batch:      x {batch} sequences = {_size(per_sequence * batch)}",
@@ -67,7 +70,8 @@ def run(args) -> int:
         from tinyinfer.loading import read_config  # noqa: PLC0415
 
         cfg = read_config(args.model)
-        numbers = dict(n_params=param_count(cfg), layers=cfg.n_layers, kv_heads=cfg.n_kv_heads, head_dim=cfg.head_dim)
+        numbers = dict(n_params=param_count(cfg), layers=cfg.n_layers, kv_heads=cfg.n_kv_heads, head_dim=cfg.head_dim,
+                       values_are_keys=cfg.values_are_keys)
         if cfg.n_experts:  # all experts resident, top-k of them used per token
             active = param_count(cfg, active=True)
             numbers.update(active_params=active, extra={"active per token": f"{active:,} ({active / 1e9:.3g} B; top-"

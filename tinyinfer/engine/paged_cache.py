@@ -69,14 +69,15 @@ class PagedKVCache:
         shape = (config.n_kv_heads, n_blocks, block_size, config.head_dim)
         kv_cache_dtype = check_kv_cache_dtype(kv_cache_dtype)  # stored as the model's dtype, float16 or int8
         self.k = [kv_storage(shape, kv_cache_dtype, dtype, xp) for _ in range(config.n_layers)]  # per layer [KV, N, bs, hd]
-        self.v = [kv_storage(shape, kv_cache_dtype, dtype, xp) for _ in range(config.n_layers)]
+        self.v = self.k if config.values_are_keys else [  # latent attention: the values are the keys, one pool
+            kv_storage(shape, kv_cache_dtype, dtype, xp) for _ in range(config.n_layers)]
         self.tables: dict[int, list[int]] = {}  # seq_id -> block ids, in position order
         self.xp = xp
 
     @property
     def nbytes(self) -> int:
         """Bytes of the whole pool (all layers, K and V)."""
-        return sum(a.nbytes for a in self.k) + sum(a.nbytes for a in self.v)
+        return sum(a.nbytes for a in self.k) + (0 if self.v is self.k else sum(a.nbytes for a in self.v))
 
     @property
     def bytes_per_block(self) -> int:
@@ -107,7 +108,8 @@ class PagedKVCache:
         """Keys and values of positions 0..end-1, gathered from the sequence's blocks.  -> 2 x [KV, end, hd]"""
         n = -(-end // self.block_size)
         table = self._on_device(np.asarray(self.tables[seq_id][:n], dtype=np.int64))  # [n]
-        return self._gather(self.k[layer], table)[..., :end, :], self._gather(self.v[layer], table)[..., :end, :]
+        keys = self._gather(self.k[layer], table)[..., :end, :]
+        return keys, keys if self.v is self.k else self._gather(self.v[layer], table)[..., :end, :]
 
     # -- a batch of sequences at once (the decode step of many sequences; see Model.decode_block) ----------
 
@@ -136,12 +138,14 @@ class PagedKVCache:
     def write_batch(self, layer: int, slots: DecodeSlots, k, v) -> None:
         """One new token for each sequence of `slots`: k, v [B, KV, hd] stored at their slots."""
         self.k[layer][:, slots.blocks, slots.offsets] = k.transpose(1, 0, 2)  # [B, KV, hd] -> [KV, B, hd]
-        self.v[layer][:, slots.blocks, slots.offsets] = v.transpose(1, 0, 2)
+        if self.v is not self.k:
+            self.v[layer][:, slots.blocks, slots.offsets] = v.transpose(1, 0, 2)
 
     def read_batch(self, layer: int, slots: DecodeSlots) -> tuple:
         """Keys and values of the sequences of `slots`, padded to the longest: 2 x [KV, B, L, hd], L a whole
         number of blocks. Sequence b's positions 0..lengths[b]-1 are real; the rest is padding for the mask."""
-        return self._gather(self.k[layer], slots.tables), self._gather(self.v[layer], slots.tables)
+        keys = self._gather(self.k[layer], slots.tables)
+        return keys, keys if self.v is self.k else self._gather(self.v[layer], slots.tables)
 
     def _table(self, seq_id: int, end: int) -> list[int]:
         """The block table of a sequence, checked to cover positions 0..end-1."""
