@@ -81,10 +81,15 @@ def build(folder, config_class: str, fields: dict, dtype: str = "float32"):
     return build_with_transformers(folder, config_class, {**TINY_CONFIG, **fields}, dtype, norm_offset)
 
 
+def build_variant(name: str, folder):
+    """The checkpoint of VARIANTS[name], written to `folder`."""
+    return build(folder, *VARIANTS[name])
+
+
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
     """`checkpoint(name) -> Path`, each variant built once for this module."""
-    return built_once(tmp_path_factory.mktemp("architectures_more"), lambda name, folder: build(folder, *VARIANTS[name]))
+    return built_once(tmp_path_factory.mktemp("architectures_more"), build_variant)
 
 
 test_logits_match_transformers_at_every_position, test_cached_decode_equals_full_recompute = parity_tests(VARIANTS)

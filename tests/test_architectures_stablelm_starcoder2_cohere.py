@@ -84,11 +84,16 @@ ONE_PER_FAMILY = ["stablelm2_qk_norm_parallel", "starcoder2_window_no_bias_untie
                   "cohere2", "olmo_clip", "falcon40b_grouped_bias"]
 
 
+def build_variant(name: str, folder):
+    """The checkpoint of VARIANTS[name], written to `folder`."""
+    config_class, fields, dtype = VARIANTS[name]
+    return build_with_transformers(folder, config_class, {**TINY_CONFIG, **fields}, dtype)
+
+
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
     """`checkpoint(name) -> Path`, each variant built once for this module."""
-    return built_once(tmp_path_factory.mktemp("architectures_stablelm"), lambda name, folder: build_with_transformers(
-        folder, VARIANTS[name][0], {**TINY_CONFIG, **VARIANTS[name][1]}, VARIANTS[name][2]))
+    return built_once(tmp_path_factory.mktemp("architectures_stablelm"), build_variant)
 
 
 test_logits_match_transformers_at_every_position, test_cached_decode_equals_full_recompute = parity_tests(VARIANTS)

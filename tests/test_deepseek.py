@@ -80,11 +80,15 @@ VARIANTS = {
 }
 
 
+def build_variant(name: str, folder):
+    """The checkpoint of VARIANTS[name], written to `folder` (the routing bias random too, or it could not matter)."""
+    return build_with_transformers(folder, *VARIANTS[name], random_buffers=("e_score_correction_bias",))
+
+
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
     """`checkpoint(name) -> Path`, each variant built once for this module."""
-    return built_once(tmp_path_factory.mktemp("deepseek"), lambda name, folder: build_with_transformers(
-        folder, *VARIANTS[name], random_buffers=("e_score_correction_bias",)))
+    return built_once(tmp_path_factory.mktemp("deepseek"), build_variant)
 
 
 test_logits_match_transformers_at_every_position, test_cached_decode_equals_full_recompute = parity_tests(VARIANTS)

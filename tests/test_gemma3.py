@@ -91,13 +91,15 @@ def build(folder, fields: dict, dtype: str = "float32", old_config: bool = False
     return folder
 
 
+def build_variant(name: str, folder):
+    """The checkpoint of VARIANTS[name], written to `folder`."""
+    fields, dtype, old_config = VARIANTS[name]
+    return build(folder, fields, dtype, old_config, multimodal=name == "gemma3_multimodal")
+
+
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
     """`checkpoint(name) -> Path`, each variant built once for this module."""
-    def build_variant(name, folder):
-        fields, dtype, old_config = VARIANTS[name]
-        return build(folder, fields, dtype, old_config, multimodal=name == "gemma3_multimodal")
-
     return built_once(tmp_path_factory.mktemp("gemma3"), build_variant)
 
 

@@ -76,32 +76,10 @@ def test_gpu_int8_kv_cache_matches_cpu_in_generate_and_the_engine():
     assert gpu == cpu
 
 
-@pytest.mark.gpu
-@needs_gpu
-@pytest.mark.parametrize("name", ["phi3_partial_rotary_window_tied", "gemma2", "gemma3"])
-def test_gpu_architectures_with_soft_caps_partial_and_dual_rope_match_cpu(name, tmp_path):
-    """Soft caps (np.tanh on CuPy arrays), Phi-3's partial RoPE, Gemma 3's two RoPE settings, batched in the
-    engine: the same logits and greedy tokens on both devices."""
-    from tinyinfer.engine import LLM  # noqa: PLC0415
-
-    if name == "gemma3":
-        import test_gemma3  # noqa: PLC0415 - its tiny checkpoint builder
-
-        folder = test_gemma3.build(tmp_path / name, *test_gemma3.VARIANTS[name])
-    else:
-        import test_architectures_more  # noqa: PLC0415
-
-        folder = test_architectures_more.build(tmp_path / name, *test_architectures_more.VARIANTS[name])
-    ids = np.random.default_rng(2).integers(3, 100, 40).tolist()
-    models = [tinyinfer.load(folder, device=device) for device in ("cpu", "cuda")]
-    cpu, gpu = (m.logits(ids) for m in models)
-    np.testing.assert_allclose(gpu, cpu, atol=1e-3)
-    params = tinyinfer.SamplingParams(temperature=0.0, max_tokens=12)
-    cpu, gpu = ([out.token_ids for out in LLM(m).generate([ids[:10], ids[10:30]], params)] for m in models)
-    assert gpu == cpu
-
-
-NEWER_FAMILIES = {  # test module holding the tiny checkpoint -> one variant of each family it builds
+# test module whose `build_variant` makes the tiny checkpoint -> the variants run here, one or two per family
+ARCHITECTURES = {
+    "test_architectures_more": ["phi3_partial_rotary_window_tied", "gemma2"],  # soft caps (np.tanh), partial RoPE
+    "test_gemma3": ["gemma3"],  # two RoPE settings
     "test_architectures_granite_smollm3_olmo2": ["granite_bias_tied", "smollm3_window_bias", "olmo2", "gpt_neox",
                                                  "phi2_gqa_tied"],
     "test_architectures_stablelm_starcoder2_cohere": ["stablelm2_qk_norm_parallel", "starcoder2", "cohere2",
@@ -112,24 +90,17 @@ NEWER_FAMILIES = {  # test module holding the tiny checkpoint -> one variant of 
 
 @pytest.mark.gpu
 @needs_gpu
-@pytest.mark.parametrize("module, name", [(m, n) for m, names in NEWER_FAMILIES.items() for n in names])
-def test_gpu_newer_families_match_cpu(module, name, tmp_path):
-    """Parallel blocks, LayerNorm kinds, multipliers, layers without RoPE, q/k/v clamps and per-head q/k norms on
-    CuPy: the same logits, and the same greedy tokens from the engine, on both devices."""
+@pytest.mark.parametrize("module, name", [(m, n) for m, names in ARCHITECTURES.items() for n in names])
+def test_gpu_architectures_match_cpu(module, name, tmp_path):
+    """Soft caps, partial and dual RoPE, parallel blocks, LayerNorm kinds, multipliers, layers without RoPE, q/k/v
+    clamps, per-head q/k norms, latent attention on CuPy: the same logits, and the same greedy tokens from the
+    engine, on both devices."""
     import importlib  # noqa: PLC0415
 
     from tinyinfer.engine import LLM  # noqa: PLC0415
-    from tiny_models import TINY_CONFIG, build_with_transformers  # noqa: PLC0415
 
-    tests = importlib.import_module(module)
-    if hasattr(tests, "CONFIG_EDITS"):
-        folder = tests.build(tmp_path / name, *tests.VARIANTS[name], tests.CONFIG_EDITS.get(name))
-    elif module == "test_deepseek":
-        folder = build_with_transformers(tmp_path / name, *tests.VARIANTS[name], random_buffers=("e_score_correction_bias",))
-    else:
-        config_class, fields, dtype = tests.VARIANTS[name]
-        folder = build_with_transformers(tmp_path / name, config_class, {**TINY_CONFIG, **fields}, dtype)
-    ids = np.random.default_rng(3).integers(3, 100, 40).tolist()
+    folder = importlib.import_module(module).build_variant(name, tmp_path / name)
+    ids = np.random.default_rng(2).integers(3, 100, 40).tolist()
     models = [tinyinfer.load(folder, device=device) for device in ("cpu", "cuda")]
     cpu, gpu = (m.logits(ids) for m in models)
     np.testing.assert_allclose(gpu, cpu, atol=1e-3)
