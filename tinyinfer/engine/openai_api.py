@@ -327,6 +327,11 @@ def message_text(content) -> str | None:
                        '{"type": "text", "text": ...} parts (this server reads text only)', "messages")
 
 
+def _call(name: str, arguments: str) -> dict:
+    """OpenAI's `tool_calls` entry of a call: a fresh id, its name, its arguments (so far, when streamed)."""
+    return {"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
 class Reply:
     """The OpenAI response bodies of one submission, whole or as stream chunks, built from its outputs.
     With `tools` (those the reply may call) a finished reply that is a call becomes the message's tool_calls;
@@ -362,7 +367,8 @@ class Reply:
             chars, tokens = sent[key]
             logprobs = self._logprobs(None if out.logprobs is None else out.logprobs[tokens:], offset=chars)
             if key in calls and not ToolCallStream.is_text(out.text):  # calls (or not known yet): name, then arguments
-                pieces = [self._call_piece(*piece) for piece in calls[key].push(out.text)]
+                pieces = [{"index": i, **(_call(name, more) if name else {"function": {"arguments": more}})}
+                          for i, name, more in calls[key].push(out.text)]  # a new call, or more of its arguments
                 if pieces or out.finished:
                     reason = self._message(out.text, out.finish_reason)[1] if out.finished else None
                     delta = {"tool_calls": pieces} if pieces else {}
@@ -389,25 +395,16 @@ class Reply:
         """A chat reply's message fields and OpenAI finish reason: finished calls of the tools become
         `tool_calls` (arguments as the JSON text the model wrote) with finish_reason "tool_calls"; anything else
         is content."""
-        if self.tools is not None and reason in ("eos", "stop"):
-            try:
-                parse_tool_calls(text, self.tools)  # every call names a tool and gives an object of arguments
-            except TinyInferError:  # cut short, or with tool_choice "auto" text that only starts like a call
-                pass
-            else:
-                if calls := calls_so_far(text):
-                    return {"content": None, "tool_calls": [{k: v for k, v in self._call_piece(i, *call).items()
-                                                             if k != "index"} for i, call in enumerate(calls)]}, \
-                        "tool_calls"
+        if self.tools is not None and reason in ("eos", "stop") and self._calls_tools(text):
+            return {"content": None, "tool_calls": [_call(*call) for call in calls_so_far(text)]}, "tool_calls"
         return {"content": text}, FINISH_REASONS.get(reason, reason)
 
-    @staticmethod
-    def _call_piece(index: int, name: str | None, arguments: str) -> dict:
-        """One entry of a streamed `tool_calls` delta: a new call (its id and name) or more of its arguments."""
-        if name is None:
-            return {"index": index, "function": {"arguments": arguments}}
-        return {"index": index, "id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
-                "function": {"name": name, "arguments": arguments}}
+    def _calls_tools(self, text: str) -> bool:
+        """Whether a finished reply is calls of the tools, each naming one and giving an object of arguments."""
+        try:
+            return bool(parse_tool_calls(text, self.tools)[1])
+        except TinyInferError:  # cut short, or with tool_choice "auto" text that only starts like a call
+            return False
 
     def _logprobs(self, choices, offset: int = 0) -> dict | None:
         """OpenAI's logprobs of some tokens (TokenChoices, or None when not asked): chat's `content` list, or the
