@@ -238,13 +238,14 @@ def test_defaults_are_those_of_the_transformers_config_classes(model_type):
 # gemma3_text (RoPE per layer type) is checked the same way by tests/test_gemma3.py, gpt_neox and phi (LayerNorm)
 # by tests/test_architectures_granite_smollm3_olmo2.py, the other LayerNorm families by
 # tests/test_architectures_stablelm_starcoder2_cohere.py, deepseek_v2 and deepseek_v3 (one latent key/value head)
-# by tests/test_deepseek.py
+# by tests/test_deepseek.py, gpt_oss (its layers slide by default) by tests/test_gpt_oss.py
 LAYERNORM_FAMILIES = ("gpt2", "gpt_neox", "phi", "stablelm", "starcoder2", "cohere", "cohere2", "olmo",
                       "falcon")
 
 
 @pytest.mark.parametrize("model_type", [t for t in HF_DEFAULTS
-                                        if t not in ("gemma3_text", "deepseek_v2", "deepseek_v3", *LAYERNORM_FAMILIES)])
+                                        if t not in ("gemma3_text", "deepseek_v2", "deepseek_v3", "gpt_oss",
+                                                     *LAYERNORM_FAMILIES)])
 def test_fields_left_out_of_config_json_are_read_as_transformers_reads_them(model_type, tmp_path):
     """A config.json with only the sizes: tinyinfer's Config agrees with transformers' config object."""
     # 32 heads: the default kv-head counts (up to 32) must divide them

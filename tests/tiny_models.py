@@ -74,12 +74,14 @@ MISTAKE_MIN = 0.5  # what undoing a switch must move some logit by (logits of th
 
 
 def build_with_transformers(folder: Path, config_class: str, fields: dict, dtype: str = "float32",
-                            norm_offset: float = 0.0, random_buffers: tuple[str, ...] = ()) -> Path:
+                            norm_offset: float = 0.0, random_buffers: tuple[str, ...] = (),
+                            wide_params: dict[str, tuple[float, float]] | None = None) -> Path:
     """A checkpoint written by transformers itself (`transformers.<config_class>(**fields)`), every parameter
     re-randomised (norm weights ~ U(0.5, 1.5), less `norm_offset`: Gemma's norms scale by 1 + weight, so 1.0
     gives its gains the same spread), and the saved buffers whose names end in one of `random_buffers` too
     (~ N(0, 0.5^2): DeepSeek-V3's e_score_correction_bias, zero at init), stored as `dtype`, with a greedy
-    generation_config.json."""
+    generation_config.json. `wide_params` redraws the 1-d parameters whose names end in a key from U(low, high)
+    (gpt-oss's attention sinks, which randomise_ would take for norm gains)."""
     config = getattr(transformers, config_class)(**fields)
     model = transformers.AutoModelForCausalLM.from_config(config)
     make_tiny_models.randomise_(model, seed=0)
@@ -91,6 +93,10 @@ def build_with_transformers(folder: Path, config_class: str, fields: dict, dtype
         for buffer_name, buffer in model.named_buffers():
             if buffer_name.endswith(random_buffers):
                 buffer.copy_(torch.randn(buffer.shape, generator=generator) * 0.5)
+        for param_name, param in model.named_parameters():
+            for suffix, (low, high) in (wide_params or {}).items():
+                if param_name.endswith(suffix):
+                    param.copy_(low + (high - low) * torch.rand(param.shape, generator=generator))
     model.to(getattr(torch, dtype)).save_pretrained(folder)
     transformers.GenerationConfig(bos_token_id=1, eos_token_id=2, do_sample=False).save_pretrained(folder)
     return folder

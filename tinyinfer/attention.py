@@ -14,6 +14,12 @@ Gemma 2 soft-caps the scaled scores before the mask, `cap * tanh(score / cap)`: 
 the `softcap` argument (None for models without it) to `attention`, `decode_attention` and (in
 tinyinfer/flash_attention.py) `tiled_attention`.
 
+gpt-oss gives every head an attention sink: a learned logit s_h that joins the softmax's denominator and
+brings no value,  weights = exp(score) / (sum exp(scores) + exp(s_h)).  The weights then sum to less than 1:
+a head with nothing worth reading can attend to "nothing" instead of spreading its attention over whatever
+is there. `sink_softmax` is that softmax, and `sinks` (the [n_heads] logits, None for models without them)
+reaches the three paths as the soft cap does.
+
 Cost: a chunk of n new tokens against L cached ones does n x L dot products per head: prefill of a T-token
 prompt is quadratic (T^2), each decode step linear in the context.
 """
@@ -60,17 +66,29 @@ def softmax(x, axis: int = -1):
     return e / e.sum(axis=axis, keepdims=True)
 
 
-def attention(q, k, v, mask, scale: float | None = None, softcap: float | None = None):
+def sink_softmax(x, sinks):
+    """softmax over the last axis with one more logit, `sinks` (broadcast against x's rows), in the denominator
+    only: exp(x) / (sum(exp(x)) + exp(sink)), shifted by the max of both so nothing overflows.
+
+    >>> sink_softmax(np.array([[0.0, 0.0]]), np.array([[0.0]]))  # the sink takes a third: 1 / (1 + 1 + 1)
+    array([[0.33333333, 0.33333333]])
+    """
+    top = np.maximum(x.max(axis=-1, keepdims=True), sinks)  # [..., 1]
+    e = np.exp(x - top)
+    return e / (e.sum(axis=-1, keepdims=True) + np.exp(sinks - top))
+
+
+def attention(q, k, v, mask, scale: float | None = None, softcap: float | None = None, sinks=None):
     """Grouped-query attention of n new queries over L keys/values; scores are scaled by `scale`
-    (default 1/sqrt(hd), which keeps their variance near 1 whatever the head size), and soft-capped by
-    `softcap` when given.
+    (default 1/sqrt(hd), which keeps their variance near 1 whatever the head size), soft-capped by
+    `softcap` when given, and softmaxed with one sink logit per head, `sinks` [n_heads], when given.
 
     q: [n, n_heads, hd], k and v: [n_kv_heads, L, hd], mask: [n, L] -> [n, n_heads * hd]
     """
-    if softcap is not None:  # Gemma 2: the n queries as n one-query sequences of `decode_attention`, which caps
-        n, (n_kv, L, hd) = q.shape[0], k.shape  # (exercise 3.2 below stays the plain kernel)
-        keys, values = (xp_of(x).broadcast_to(x[:, None], (n_kv, n, L, hd)) for x in (k, v))  # views: [KV, n, L, hd]
-        return decode_attention(q, keys, values, mask, scale, softcap)
+    if softcap is not None or sinks is not None:  # Gemma 2, gpt-oss: the n queries as n one-query sequences of
+        n, (n_kv, L, hd) = q.shape[0], k.shape  # `decode_attention`, which caps and sinks (exercise 3.2 below
+        keys, values = (xp_of(x).broadcast_to(x[:, None], (n_kv, n, L, hd)) for x in (k, v))  # stays the plain
+        return decode_attention(q, keys, values, mask, scale, softcap, sinks)  # kernel); views [KV, n, L, hd]
     # BEGIN EXERCISE 3.2: grouped-query attention
     n, n_heads, hd = q.shape
     n_kv = k.shape[0]
@@ -103,13 +121,13 @@ def decode_mask(lengths, L: int, window: int | None = None) -> np.ndarray:
     return np.where(visible, 0.0, -np.inf).astype(np.float32)
 
 
-def decode_attention(q, k, v, mask, scale: float | None = None, softcap: float | None = None):
+def decode_attention(q, k, v, mask, scale: float | None = None, softcap: float | None = None, sinks=None):
     """`attention` for B sequences at once, one query each, over keys padded to a common length L.
 
     One batched matrix product per KV head replaces B small ones: the Python loop over sequences disappears,
     which is what makes a decode step of many sequences cost little more than a step of one.
 
-    q: [B, n_heads, hd], k and v: [n_kv_heads, B, L, hd], mask: [B, L] -> [B, n_heads * hd]
+    q: [B, n_heads, hd], k and v: [n_kv_heads, B, L, hd], mask: [B, L], sinks: [n_heads] or None -> [B, n_heads * hd]
     """
     B, n_heads, hd = q.shape
     n_kv = k.shape[0]
@@ -119,6 +137,9 @@ def decode_attention(q, k, v, mask, scale: float | None = None, softcap: float |
     q = q.reshape(B, n_kv, group, hd).transpose(1, 0, 2, 3)  # [B, H, hd] -> [KV, B, G, hd]: head h reads h // G
     scores = soft_cap(q @ k.transpose(0, 1, 3, 2), softcap)  # [KV, B, G, hd] @ [KV, B, hd, L] -> [KV, B, G, L]
     scores += mask[None, :, None, :]  # in place (the scores are a fresh array); padding gets weight exactly 0
-    weights = softmax(scores)  # [KV, B, G, L]
+    if sinks is None:
+        weights = softmax(scores)  # [KV, B, G, L]
+    else:  # gpt-oss: head h = (kv, g) has the sink sinks[h]
+        weights = sink_softmax(scores, sinks.reshape(n_kv, 1, group, 1))  # [KV, B, G, L]
     out = weights @ v  # [KV, B, G, L] @ [KV, B, L, hd] -> [KV, B, G, hd]
     return out.transpose(1, 0, 2, 3).reshape(B, n_heads * hd)  # -> [B, KV, G, hd] -> [B, H*hd]

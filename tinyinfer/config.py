@@ -86,7 +86,8 @@ class Config:
     moe_layers: list[int] | None = None  # layers whose MLP is a MoE (None = all of them, when n_experts)
     shared_expert_gated: bool = True  # Qwen2-MoE's shared expert is scaled by a sigmoid gate; DeepSeek's is not
     # how the router chooses (tinyinfer/moe.py): "softmax" (Mixtral, Qwen, OLMoE), "sigmoid_grouped" (DeepSeek-V3:
-    # sigmoid scores, a bias steering the choice, n_groups groups), "softmax_grouped" (DeepSeek-V2; greedy: 1 group)
+    # sigmoid scores, a bias steering the choice, n_groups groups), "softmax_grouped" (DeepSeek-V2; greedy: 1 group),
+    # "topk_softmax" (gpt-oss: the top-k of the biased logits, then a softmax over those k alone)
     router: str = "softmax"
     n_groups: int = 1  # experts come in n_groups groups; a token picks among those of its best topk_groups groups
     topk_groups: int = 1
@@ -99,6 +100,12 @@ class Config:
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
     interleaved_rope: bool = False  # the file's rotary coordinates pair neighbours (DeepSeek): reordered at load
+    # gpt-oss: every attention head has a learned sink logit in its softmax's denominator (tinyinfer/attention.py);
+    # its experts have biases and a clamped SwiGLU, (clip(up, +-limit) + 1) * g sigmoid(alpha g), g = min(gate, limit)
+    attention_sinks: bool = False
+    expert_bias: bool = False
+    swiglu_limit: float | None = None  # None: the experts are plain SwiGLUs
+    swiglu_alpha: float = 1.0
 
     def __post_init__(self):
         _check_numbers(self)
@@ -119,8 +126,8 @@ class Config:
             raise TinyInferError(
                 f"config: num_attention_heads={self.n_heads} is not a multiple of num_key_value_heads={self.n_kv_heads}"
             )
-        if self.router not in ("softmax", "sigmoid_grouped", "softmax_grouped"):
-            raise TinyInferError(f"config: router {self.router!r} is not one of softmax, sigmoid_grouped, softmax_grouped")
+        if self.router not in ROUTERS:
+            raise TinyInferError(f"config: router {self.router!r} is not one of {', '.join(ROUTERS)}")
         if self.n_experts and not 1 <= self.n_experts_per_tok <= self.n_experts:
             raise TinyInferError(
                 f"config: num_experts_per_tok={self.n_experts_per_tok} must be between 1 and the number of experts "
@@ -175,6 +182,9 @@ class Config:
         return (1 if self.values_are_keys else 2) * self.n_layers * self.n_kv_heads * self.head_dim * 4
 
 
+ROUTERS = ("softmax", "sigmoid_grouped", "softmax_grouped", "topk_softmax")  # tinyinfer/moe.py
+
+
 # Bad input: the fields that size arrays, and the numbers and ids the model computes with, checked before any
 # of them is used (a config.json with "four" layers, -1 heads or a null context length)
 SIZE_FIELDS = {"vocab_size": "vocab_size", "d_model": "hidden_size / n_embd", "n_layers": "num_hidden_layers / n_layer",
@@ -202,8 +212,8 @@ def _check_numbers(cfg: Config) -> None:
             raise TinyInferError(f"config: {name}={value!r} must be an integer >= 1: fix {keys} in config.json "
                                  "(or the llama2.c header)")
     optional = ("query_pre_attn_scalar", "attn_softcap", "final_softcap", "local_rope_theta",
-                "attn_multiplier", "clip_qkv")  # None: not used
-    scales = ("embed_scale", "residual_scale", "logits_divisor", "routed_scaling")
+                "attn_multiplier", "clip_qkv", "swiglu_limit")  # None: not used
+    scales = ("embed_scale", "residual_scale", "logits_divisor", "routed_scaling", "swiglu_alpha")
     for name in ("norm_eps", "rope_theta", "partial_rotary_factor", *scales, *optional):
         value = getattr(cfg, name)
         if value is None and name in optional:
@@ -278,6 +288,7 @@ BIAS_FIELDS = {
     "cohere2": ("attention_bias", "attention_bias", False),
     "olmo": ("attention_bias", "attention_bias", False),
     "phi": (True, True, True),
+    "gpt_oss": ("attention_bias", "attention_bias", False),  # the experts' biases: always (_gpt_oss)
     "deepseek_v2": (False, False, False),  # attention_bias, mlp_bias: refused (_mla, _deepseek)
     "deepseek_v3": (False, False, False),
 }
@@ -298,7 +309,7 @@ def _sliding(c: dict) -> tuple[int | None, list[str]]:
         olmo, deepseek_v2,
         deepseek_v3
         gemma2, gemma3,    the layers `layer_types` names; by default all but every `pattern`-th: the even
-        cohere2            ones (Gemma 2: 2), five layers of six (Gemma 3: `sliding_window_pattern`, 6), three
+        cohere2, gpt_oss   ones (Gemma 2, gpt-oss: 2), five layers of six (Gemma 3: `sliding_window_pattern`, 6), three
                            of four (Cohere 2: `sliding_window_pattern`, 4)
         smollm3            the layers `layer_types` names (whatever `use_sliding_window` says: transformers'
                            masks follow the list); by default, with `use_sliding_window`, the NoPE layers
@@ -310,9 +321,9 @@ def _sliding(c: dict) -> tuple[int | None, list[str]]:
         window, nope = c.get("sliding_window"), _smollm3_nope_layers(c)
         slides = [c["use_sliding_window"] and window is not None and i in nope for i in range(n)]
         return window, list(c.get("layer_types") or ["sliding_attention" if s else "full_attention" for s in slides])
-    if model_type in ("gemma2", "gemma3_text", "cohere2"):
-        default = {"gemma2": 2, "gemma3_text": 6, "cohere2": 4}[model_type]
-        pattern = default if model_type == "gemma2" else c.get("sliding_window_pattern", default)  # as transformers
+    if model_type in ("gemma2", "gemma3_text", "cohere2", "gpt_oss"):
+        default = {"gemma2": 2, "gemma3_text": 6, "cohere2": 4, "gpt_oss": 2}[model_type]
+        pattern = default if model_type in ("gemma2", "gpt_oss") else c.get("sliding_window_pattern", default)  # as transformers
         return c.get("sliding_window"), list(c.get("layer_types") or ["full_attention" if (i + 1) % pattern == 0
                                                                       else "sliding_attention" for i in range(n)])
     switched = model_type in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe")  # off unless use_sliding_window
@@ -669,6 +680,24 @@ def _deepseek(c: dict) -> dict:
                 routed_scaling=c["routed_scaling_factor"], moe_layers=list(range(c["first_k_dense_replace"] or 0, n)))
 
 
+def _gpt_oss(c: dict) -> dict:
+    """gpt-oss (OpenAI's 20b and 120b): a Llama body whose every attention head has a learned sink logit
+    (tinyinfer/attention.py), biases on q, k, v and o (`attention_bias`), a window on the layers `layer_types`
+    names (by default the even ones, 0, 2, 4...), YaRN RoPE (by default factor 32 over 4096 positions, theta
+    150000), and in every layer a Mixture-of-Experts (tinyinfer/moe.py): a router with a bias whose top-k logits
+    are softmaxed among themselves, experts `intermediate_size` wide with biases, their SwiGLU clamped by
+    `swiglu_limit` and sharpened by `swiglu_alpha`. `hidden_act` is not read (transformers' experts ignore it)."""
+    params = c.get("rope_scaling") or c.get("rope_parameters") or GPT_OSS_ROPE  # GptOssConfig's default
+    fields = _llama_family({**c, "rope_parameters": params, "rope_scaling": None, "hidden_act": "silu"})
+    return dict(_check_window(c, fields), n_experts=_expert_count(c), n_experts_per_tok=c["num_experts_per_tok"],
+                moe_d_ff=c["intermediate_size"], router="topk_softmax", expert_bias=True, attention_sinks=True,
+                swiglu_limit=c["swiglu_limit"], swiglu_alpha=c["swiglu_alpha"])
+
+
+GPT_OSS_ROPE = {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False,
+                "original_max_position_embeddings": 4096}  # GptOssConfig's rope_parameters when the file has none
+
+
 # Fields of DeepSeek's original config.json files that transformers ignores, and the value it behaves as if they had
 # (the releases' values): another value is refused, since DeepSeek's own code and transformers would differ
 DEEPSEEK_IGNORED = {
@@ -913,6 +942,11 @@ HF_DEFAULTS = {
                         n_shared_experts=2, qk_nope_head_dim=128, qk_rope_head_dim=64, routed_scaling_factor=1.0,
                         topk_group=None, topk_method="greedy", norm_topk_prob=False, v_head_dim=128,
                         num_experts_per_tok=None, moe_intermediate_size=1407),
+    # rope_parameters: GPT_OSS_ROPE
+    "gpt_oss": dict(max_position_embeddings=131072, rms_norm_eps=1e-5, hidden_act="silu", rope_theta=150000.0,
+                    tie_word_embeddings=False, head_dim=64, num_key_value_heads=8, sliding_window=128,
+                    layer_types=None, attention_bias=True, num_local_experts=128, num_experts_per_tok=4,
+                    swiglu_alpha=1.702, swiglu_limit=7.0),
     "deepseek_v3": dict(_LLAMA_LIKE, vocab_size=129280, hidden_size=7168, intermediate_size=18432,
                         moe_intermediate_size=2048, num_hidden_layers=61, num_attention_heads=128,
                         num_key_value_heads=128, n_shared_experts=1, n_routed_experts=256, routed_scaling_factor=2.5,
@@ -949,6 +983,7 @@ HF_CONFIG_READERS = {
     "cohere2": _cohere2,
     "deepseek_v2": _deepseek,
     "deepseek_v3": _deepseek,
+    "gpt_oss": _gpt_oss,
 }
 
 
@@ -964,7 +999,7 @@ def config_from_hf(c: dict) -> Config:
     if c.get("quantization_config"):
         method = c["quantization_config"].get("quant_method", "unknown")
         raise TinyInferError(f"config.json: weights quantised with {method!r} are not supported; "
-                             "use an fp32, fp16 or bf16 checkpoint of the model")
+                             + QUANTIZATION_FIXES.get(method, "use an fp32, fp16 or bf16 checkpoint of the model"))
     _check_hf_sizes(c)
     try:
         fields = HF_CONFIG_READERS[model_type]({**HF_DEFAULTS[model_type], **c})
@@ -979,6 +1014,14 @@ def config_from_hf(c: dict) -> Config:
         eos_token_ids=list(eos) if isinstance(eos, list) else ([] if eos is None else [eos]),
         torch_dtype=c.get("dtype") or c.get("torch_dtype"),
     )
+
+
+# What to do instead, for the quantised formats known to ship as a model's main files
+QUANTIZATION_FIXES = {
+    "mxfp4": "gpt-oss's Hub files store the experts in MXFP4 (4-bit floats); convert the checkpoint to bf16 first: "
+             "transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16, "
+             "quantization_config=transformers.Mxfp4Config(dequantize=True)).save_pretrained(out)",
+}
 
 
 def _gemma3_text_config(c: dict) -> dict:

@@ -16,7 +16,9 @@ A new tile with scores s and values v updates them (the *online softmax*):
     l' = l * exp(m - m') + sum(exp(s - m'))            # what was summed under the old max, rescaled
     o' = o * exp(m - m') + exp(s - m') @ v
 
-and after the last tile softmax(scores) @ values = o / l, exactly (up to float rounding). Memory is now
+and after the last tile softmax(scores) @ values = o / l, exactly (up to float rounding). An attention sink
+(gpt-oss: a logit s per head in the denominator, with no value) is a tile of one score that comes first:
+the running numbers start at m = s, l = exp(s - s) = 1, o = 0 instead of -inf, 0, 0. Memory is now
 n x tile scores per head instead of n x L. Queries are tiled too, and a causal mask makes every key tile that
 starts after a query tile's last position invisible to all of it: those tiles are skipped, which halves the
 arithmetic of a prefill. (On a GPU the point is that a tile lives in on-chip memory, so the scores never
@@ -61,10 +63,11 @@ def online_softmax_step(m, l, o, scores, values):
 
 
 def tiled_attention(q, k, v, start: int, window: int | None = None, scale: float | None = None, tile: int = 256,
-                    softcap: float | None = None):
+                    softcap: float | None = None, sinks=None):
     """Causal grouped-query attention of n queries at positions start..start+n-1 over keys 0..L-1, in tiles
-    of `tile` queries and `tile` keys; equal to `attention(q, k, v, causal_mask(n, start, window), scale, softcap)`.
-    A soft cap acts on each score alone, so it caps each tile's scores before their mask.
+    of `tile` queries and `tile` keys; equal to `attention(q, k, v, causal_mask(n, start, window), scale, softcap,
+    sinks)`. A soft cap acts on each score alone, so it caps each tile's scores before their mask; the sinks
+    [n_heads] (None: no sink) start each query's running max and denominator.
 
     The mask is made one query tile at a time ([tile, L] instead of [n, L]), by exercise 3.1's `causal_mask`.
 
@@ -82,8 +85,12 @@ def tiled_attention(q, k, v, start: int, window: int | None = None, scale: float
         first, last = start + q0, start + q1 - 1  # positions of this query tile
         lowest = 0 if window is None else max(0, first - window + 1)  # no key before this is visible to any
         mask = xp.asarray(causal_mask(q1 - q0, first, window))  # [nq, last + 1]
-        m = xp.full((n_kv, group, q1 - q0, 1), -xp.inf, dtype=q.dtype)  # [KV, G, nq, 1]
-        l = xp.zeros_like(m)  # [KV, G, nq, 1]
+        if sinks is None:
+            m = xp.full((n_kv, group, q1 - q0, 1), -xp.inf, dtype=q.dtype)  # [KV, G, nq, 1]
+            l = xp.zeros_like(m)  # [KV, G, nq, 1]
+        else:  # the sink, folded in first: its score is the max so far, its weight exp(0) = 1, its value nothing
+            m = xp.broadcast_to(sinks.reshape(n_kv, group, 1, 1), (n_kv, group, q1 - q0, 1)).astype(q.dtype)
+            l = xp.ones_like(m)  # [KV, G, nq, 1]
         o = xp.zeros((n_kv, group, q1 - q0, hd), dtype=q.dtype)  # [KV, G, nq, hd]
         end = min(last + 1, L)  # keys after `last` are in the future of every query of the tile: skipped
         for k0 in range(lowest - lowest % tile, end, tile):

@@ -47,7 +47,7 @@ def param_count(cfg: Config, active: bool = False) -> int:
     norm = d * len(NORM_PARAMS[cfg.norm])  # LayerNorm: gain and bias; OLMo 1's: nothing
     attention = d * q_dim + 2 * d * kv_dim + q_dim * d
     qk_norm = (2 * hd if cfg.qk_norm_span == "head" else q_dim + kv_dim) * cfg.qk_norm  # "head": one gain for all
-    attention += (q_dim + 2 * kv_dim) * cfg.qkv_bias + d * cfg.o_bias + qk_norm
+    attention += (q_dim + 2 * kv_dim) * cfg.qkv_bias + d * cfg.o_bias + qk_norm + cfg.n_heads * cfg.attention_sinks
     if cfg.kv_lora_rank:  # DeepSeek's latent attention: other projections (tinyinfer/mla.py)
         attention = mla_param_count(cfg)
     n_mats = 3 if cfg.mlp == "swiglu" else 2

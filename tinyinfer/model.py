@@ -16,6 +16,8 @@ each sublayer's output (`residual_scale`), the scores and the logits by numbers 
 so a pass computes one (cos, sin) pair per RoPE setting and each layer takes its own (SmolLM3's layers without
 RoPE take none). DeepSeek's attention caches one latent vector per token instead of keys and values per head
 (`kv_lora_rank`, tinyinfer/mla.py), and its experts are chosen by a router of its own (`router`, tinyinfer/moe.py).
+gpt-oss gives each attention head a learned sink logit (the layer's "sinks", tinyinfer/attention.py) and runs
+experts with biases through a clamped SwiGLU (tinyinfer/moe.py).
 
 One function serves prefill (a whole prompt) and decode (one token), for one sequence or many at once:
 `forward` takes a list of `SeqChunk`s, each some new tokens of one sequence. Linear layers run on all
@@ -154,12 +156,13 @@ class Model:
             cache.write(i, chunk.seq_id, chunk.start, k[rows], v[rows])
             keys, values = cache.read(i, chunk.seq_id, end)  # 2 x [KV, end, hd]
             window, scale, softcap = cfg.window_of(i), cfg.attention_scale(i), cfg.attn_softcap
+            sinks = layer.get("sinks")  # gpt-oss: one sink logit per head [H] (None: no sinks)
             if cfg.n_heads * n * end > TILED_ATTENTION_MIN_SCORES:  # a long prefill: never hold all its scores
                 out[rows] = tiled_attention(q[rows], keys, values, chunk.start, window, scale,
-                                            softcap=softcap)  # -> [n, H*hd]
+                                            softcap=softcap, sinks=sinks)  # -> [n, H*hd]
             else:
                 mask = to_device(causal_mask(n, chunk.start, window), self.device)  # [n, end]
-                out[rows] = attention(q[rows], keys, values, mask, scale, softcap)  # -> [n, H*hd]
+                out[rows] = attention(q[rows], keys, values, mask, scale, softcap, sinks)  # -> [n, H*hd]
         if cfg.kv_lora_rank:
             out = expand_values(out, layer, cfg)  # [T, H*(r + dr)] -> [T, H*dv]
         return linear(out, layer, "o")  # [T, H*hd] (latent attention: [T, H*dv]) -> [T, d]
@@ -188,7 +191,8 @@ class Model:
         keys, values = cache.read_batch(i, slots)  # 2 x [KV, B, L, hd], padded to the longest
         mask = slots.mask(self.config.window_of(i))  # [B, L]
         scale, softcap = self.config.attention_scale(i), self.config.attn_softcap
-        out[rows] = decode_attention(q[rows], keys, values, mask, scale, softcap)  # -> [B, H*hd]
+        sinks = self.params["layers"][i].get("sinks")  # gpt-oss: [H]
+        out[rows] = decode_attention(q[rows], keys, values, mask, scale, softcap, sinks)  # -> [B, H*hd]
 
     def feed_forward(self, i: int, layer: dict, h):
         """The MLP of layer i: SwiGLU, GPT-2's GELU MLP, or a Mixture-of-Experts (tinyinfer/moe.py).  [T, d] -> [T, d]"""

@@ -24,6 +24,10 @@ training) of which a token may use only the best few, ranked by the sum of their
 DeepSeek-V2 ("softmax_grouped") ranks softmax probabilities, each group by its best expert, without a bias (its
 "greedy" routing is one group holding every expert).
 
+gpt-oss ("topk_softmax", `route_topk_softmax`) chooses before it normalises: the top-k of the router's logits
+(with a bias), then a softmax over those k alone, so the weights always sum to 1 and the other experts never enter
+the denominator. Its experts have biases and a clamped SwiGLU (`clamped_swiglu`).
+
 A token pays for k experts, not E: the parameters grow with E (and all of them must be resident in memory,
 since the next token may want any expert), the compute per token grows with k only. Mixtral-8x7B holds 47B
 parameters but runs 13B per token (`moe_param_counts`).
@@ -41,13 +45,15 @@ each expert received, and the router's entropy: log2(E) bits when it spreads a t
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
 from tinyinfer.attention import softmax
 from tinyinfer.backend import to_numpy, xp_of
 from tinyinfer.config import Config
 from tinyinfer.errors import TinyInferError
-from tinyinfer.mlp import swiglu
+from tinyinfer.mlp import linear, swiglu
 
 
 def route(h, router, top_k: int, norm_topk_prob: bool):
@@ -107,11 +113,46 @@ def route_grouped(h, mlp: dict, cfg: Config):
     return weights.astype(h.dtype), chosen, scores / scores.sum(axis=-1, keepdims=True)
 
 
-def dispatch(h, chosen, weights, experts: list[dict], activation: str = "silu"):
+def route_topk_softmax(h, mlp: dict, top_k: int):
+    """gpt-oss's router: the top-k of the biased logits, softmaxed among themselves.
+
+    h [T, d] -> weights [T, k] (h's dtype), chosen [T, k] (expert ids), probs [T, E] (float32, the softmax over all
+    experts: only for routing statistics)
+
+    >>> h = np.array([[1.0, 0.0]]); mlp = {"router": np.array([[2.0, 0.0, 1.0], [0.0, 0.0, 0.0]]),
+    ...                                    "router_bias": np.array([0.0, 0.5, 0.0])}  # logits (2, 0.5, 1)
+    >>> weights, chosen, _ = route_topk_softmax(h, mlp, 2)
+    >>> chosen.tolist(), weights.round(3).tolist()   # e^2 : e^1, whatever expert 1's logit
+    ([[0, 2]], [[0.731, 0.269]])
+    """
+    xp = xp_of(h)
+    logits = h @ mlp["router"] + mlp["router_bias"]  # [T, d] -> [T, E], in h's dtype like the reference
+    chosen = xp.argsort(-logits, axis=-1, kind="stable")[:, :top_k]  # [T, E] -> [T, k], the largest logit first
+    weights = softmax(xp.take_along_axis(logits, chosen, axis=-1))  # [T, k]: the k chosen only
+    return weights.astype(h.dtype), chosen, softmax(logits.astype(np.float32))
+
+
+def clamped_swiglu(x, mlp: dict, alpha: float, limit: float):
+    """gpt-oss's expert: a SwiGLU with biases whose gate is clamped from above and its up from both sides,
+    down((clip(up, -limit, limit) + 1) * g sigmoid(alpha g)), g = min(gate, limit).  [T, d] -> [T, d_ff] -> [T, d]
+
+    >>> one = {name: np.ones((1, 1)) for name in ("gate", "up", "down")}
+    >>> round(float(clamped_swiglu(np.array([[10.0]]), one, alpha=1.0, limit=7.0)[0, 0]), 3)  # 8 * 7 sigmoid(7)
+    55.949
+    """
+    xp = xp_of(x)
+    gate = xp.minimum(linear(x, mlp, "gate"), limit)  # [T, d] -> [T, d_ff]
+    up = xp.clip(linear(x, mlp, "up"), -limit, limit)  # [T, d] -> [T, d_ff]
+    return linear((up + 1) * gate / (1.0 + xp.exp(-alpha * gate)), mlp, "down")  # [T, d_ff] -> [T, d]
+
+
+def dispatch(h, chosen, weights, experts: list[dict], expert_mlp=None):
     """Run each expert once on the tokens routed to it and add its weighted outputs back to their rows.
 
-    h [T, d], chosen and weights [T, k], experts: E SwiGLU weight dicts -> [T, d]
+    h [T, d], chosen and weights [T, k], experts: E weight dicts -> [T, d]. `expert_mlp(x, params)` runs one
+    expert: by default a SwiGLU with SiLU (`moe_feed_forward` passes the model's: `expert_function`).
     """
+    expert_mlp = expert_mlp or swiglu
     # BEGIN EXERCISE 7.2: grouped dispatch: one expert call per expert, on its group of tokens
     xp = xp_of(h)
     k = chosen.shape[1]
@@ -125,7 +166,7 @@ def dispatch(h, chosen, weights, experts: list[dict], activation: str = "silu"):
     for e, end in enumerate(group_ends.tolist()):
         if end > start:  # an expert no token chose is skipped
             rows = token_of_pair[start:end]  # [n_e]: distinct, since top-k never picks one expert twice
-            y = swiglu(h[rows], experts[e], activation)  # [n_e, d] -> [n_e, d]
+            y = expert_mlp(h[rows], experts[e])  # [n_e, d] -> [n_e, d]
             out[rows] += y * weight_of_pair[start:end, None]  # [n_e, d] scaled by each token's weight
         start = end
     return out
@@ -147,15 +188,24 @@ def moe_feed_forward(h, mlp: dict, cfg: Config, stats: RoutingStats | None = Non
     """One Mixture-of-Experts layer: route, dispatch, add the shared expert when there is one.  [T, d] -> [T, d]"""
     if cfg.router == "softmax":
         weights, chosen, probs = route(h, mlp["router"], cfg.n_experts_per_tok, cfg.norm_topk_prob)
+    elif cfg.router == "topk_softmax":  # gpt-oss
+        weights, chosen, probs = route_topk_softmax(h, mlp, cfg.n_experts_per_tok)
     else:  # DeepSeek
         weights, chosen, probs = route_grouped(h, mlp, cfg)
     if stats is not None:
         stats.record(layer, chosen, probs)
-    out = dispatch(h, chosen, weights, mlp["experts"], cfg.activation)
+    out = dispatch(h, chosen, weights, mlp["experts"], expert_function(cfg))
     if "shared" in mlp:
         gated = cfg.shared_expert_gated
         out = out + (shared_expert(h, mlp, cfg.activation) if gated else swiglu(h, mlp["shared"], cfg.activation))
     return out
+
+
+def expert_function(cfg: Config):
+    """`expert(x, params) -> y` of the model's experts: gpt-oss's clamped SwiGLU, or a SwiGLU with its activation."""
+    if cfg.swiglu_limit is not None:
+        return partial(clamped_swiglu, alpha=cfg.swiglu_alpha, limit=cfg.swiglu_limit)
+    return partial(swiglu, activation=cfg.activation)
 
 
 def moe_param_counts(cfg: Config) -> tuple[int, int]:
@@ -165,9 +215,10 @@ def moe_param_counts(cfg: Config) -> tuple[int, int]:
     so a layer holds 1.41B and a token uses 352M of them (plus the router, 32K).
     """
     d, E, k = cfg.d_model, cfg.n_experts, cfg.n_experts_per_tok
-    expert = 3 * d * cfg.moe_d_ff  # gate, up and down
+    expert = 3 * d * cfg.moe_d_ff + (2 * cfg.moe_d_ff + d) * cfg.expert_bias  # gate, up and down (gpt-oss: biases)
     shared = 3 * d * cfg.shared_expert_d_ff + d * cfg.shared_expert_gated if cfg.shared_expert_d_ff else 0  # + gate
-    always = d * E + E * (cfg.router == "sigmoid_grouped") + shared  # router (and DeepSeek-V3's bias), shared
+    router_bias = cfg.router in ("sigmoid_grouped", "topk_softmax")  # DeepSeek-V3's correction bias, gpt-oss's
+    always = d * E + E * router_bias + shared  # router (and its bias), shared expert
     return always + E * expert, always + k * expert
 
 

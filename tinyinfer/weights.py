@@ -13,7 +13,9 @@ model code reads, checking every shape on the way:
                     "post_attn_norm"?, "post_mlp_norm"? (Gemma 2, OLMo 2: on each sublayer's output)}, ...],
         a Mixture-of-Experts layer's "mlp": {"router": [d, E], "experts": [{"gate", "up", "down"} x E],
                                              "shared"?: {"gate", "up", "down"}, "shared_gate"?: [d, 1],
-                                             "router_bias"?: [E] (DeepSeek-V3)},
+                                             "router_bias"?: [E] (DeepSeek-V3, gpt-oss)},
+        a gpt-oss layer also has "sinks": [H] (one attention-sink logit per head), and its experts "gate_bias",
+        "up_bias" [ff] and "down_bias" [d],
         a latent-attention layer (DeepSeek) has "q" or "q_a", "q_a_norm", "q_b", and "kv_a", "kv_a_norm",
         "kv_b_key", "kv_b_value", "o" instead of "qkv" and "o" (see `mla_attention`),
         "final_norm": {"weight", "bias"?},  "lm_head": [d, vocab],  "lm_head_bias"?: [vocab] (Phi),
@@ -471,6 +473,35 @@ def deepseek_params(get: Getter, cfg: Config) -> dict:
     return llama_params(get, cfg, deepseek_mlp, mla_attention)
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# gpt-oss: a Llama attention with biases and one sink logit per head (self_attn.sinks [H]); in every layer a router
+# with a bias (mlp.router.weight [E, d], .bias [E]) and all experts of a layer fused, stored [in, out]:
+#     mlp.experts.gate_up_proj [E, d, 2*ff]: gate and up columns interleaved (gate, up, gate, up, ...), and its
+#     bias [E, 2*ff] the same way;  mlp.experts.down_proj [E, ff, d], its bias [E, d]
+# (The Hub's original files hold the experts in MXFP4 instead: refused by config.py, with the conversion to use.)
+# ---------------------------------------------------------------------------------------------------------------
+
+def gpt_oss_attention(get: Getter, cfg: Config, p: str) -> dict:
+    return dict(llama_attention(get, cfg, p), sinks=get(f"{p}.sinks", (cfg.n_heads,)))
+
+
+def gpt_oss_mlp(get: Getter, cfg: Config, i: int) -> dict:
+    """Layer i's router and experts, the interleaved gate/up columns split apart: gate the even ones, up the odd."""
+    p, d, E, ff = f"model.layers.{i}.mlp", cfg.d_model, cfg.n_experts, cfg.moe_d_ff
+    gate_up = get(f"{p}.experts.gate_up_proj", (E, d, 2 * ff))  # [E, d, 2 ff], already [in, out]
+    gate_up_bias = get(f"{p}.experts.gate_up_proj_bias", (E, 2 * ff))  # [E, 2 ff]
+    down, down_bias = get(f"{p}.experts.down_proj", (E, ff, d)), get(f"{p}.experts.down_proj_bias", (E, d))
+    experts = [{"gate": np.ascontiguousarray(gate_up[e, :, 0::2]), "up": np.ascontiguousarray(gate_up[e, :, 1::2]),
+                "down": down[e], "gate_bias": gate_up_bias[e, 0::2], "up_bias": gate_up_bias[e, 1::2],
+                "down_bias": down_bias[e]} for e in range(E)]  # [d, ff], [d, ff], [ff, d], [ff], [ff], [d]
+    return {"router": linear(get, f"{p}.router.weight", d, E), "router_bias": get(f"{p}.router.bias", (E,)),
+            "experts": experts}
+
+
+def gpt_oss_params(get: Getter, cfg: Config) -> dict:
+    return llama_params(get, cfg, gpt_oss_mlp, gpt_oss_attention)
+
+
 # model_type -> (function building params, name prefixes some checkpoints add)
 PARAM_BUILDERS = {
     "gpt2": (gpt2_params, ("transformer.",)),
@@ -499,6 +530,7 @@ PARAM_BUILDERS = {
     "cohere2": (cohere_params, ()),
     "deepseek_v2": (deepseek_params, ()),
     "deepseek_v3": (deepseek_params, ()),
+    "gpt_oss": (gpt_oss_params, ()),
 }
 
 
