@@ -5,7 +5,8 @@ What gpt-oss adds to the Llama body, and where the variants below make it matter
   U(-2, 6) here, so that some heads give the sink most of their attention and others almost none), exact in the
   three attention paths (the plain one through `decode_attention`, batched decode, the tiled online softmax);
 - biases on q, k, v and o (`attention_bias`), a window on the layers `layer_types` names (the even ones by default;
-  WINDOW is far shorter than the prompts), YaRN RoPE (`truncate` false, as the releases) or plain RoPE;
+  WINDOW is far shorter than the prompts), YaRN RoPE (`truncate` false, as the releases; in transformers 5's words
+  and in the Hub files') or plain RoPE, a tied head;
 - a Mixture-of-Experts in every layer: a router with a bias whose top-k logits are softmaxed among themselves;
   experts with biases whose gate and up columns are interleaved in the stored gate_up_proj; the clamped SwiGLU,
   (clip(up, +-limit) + 1) * g sigmoid(alpha g), g = min(gate, limit), at the releases' alpha and limit (1.702, 7)
@@ -57,20 +58,32 @@ GPT_OSS = dict(TINY_CONFIG, head_dim=12, intermediate_size=16, num_local_experts
 NO_BIAS_TIGHT_CLAMP = dict(GPT_OSS, num_hidden_layers=3, attention_bias=False, num_experts_per_tok=3,
                            layer_types=["full_attention", "sliding_attention", "full_attention"], swiglu_limit=1.5,
                            swiglu_alpha=1.2, rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+# a tied head, as many key/value heads as query heads, the window on every layer (and config.json rewritten the way
+# the Hub's gpt-oss files spell YaRN: `build_variant`)
+TIED_MHA = dict(GPT_OSS, tie_word_embeddings=True, num_key_value_heads=4, layer_types=["sliding_attention"] * 2)
 SINKS = {"sinks": (-2.0, 6.0)}  # U(-2, 6): randomise_ would draw them as norm gains, U(0.5, 1.5)
 
 # name -> (transformers config class, fields, stored dtype)
 VARIANTS = {
     "gpt_oss_yarn_window": ("GptOssConfig", GPT_OSS, "float32"),
     "gpt_oss_no_bias_tight_clamp": ("GptOssConfig", NO_BIAS_TIGHT_CLAMP, "float32"),
+    "gpt_oss_tied_mha_old_rope_dialect": ("GptOssConfig", TIED_MHA, "float32"),
     "gpt_oss_bf16": ("GptOssConfig", GPT_OSS, "bfloat16"),
 }
 MAIN = "gpt_oss_yarn_window"
 
 
 def build_variant(name: str, folder):
-    """The checkpoint of VARIANTS[name], written to `folder`, its sinks widely spread."""
-    return build_with_transformers(folder, *VARIANTS[name], wide_params=SINKS)
+    """The checkpoint of VARIANTS[name], written to `folder`, its sinks widely spread; "old_rope_dialect" variants
+    with config.json's RoPE in the Hub files' words ("rope_theta": 150000, "rope_scaling": {"rope_type": "yarn",
+    ...}) instead of transformers 5's "rope_parameters"."""
+    folder = build_with_transformers(folder, *VARIANTS[name], wide_params=SINKS)
+    if name.endswith("old_rope_dialect"):
+        config = json.loads((folder / "config.json").read_text())
+        rope = config.pop("rope_parameters")
+        config |= {"rope_theta": rope.pop("rope_theta"), "rope_scaling": rope}
+        (folder / "config.json").write_text(json.dumps(config))
+    return folder
 
 
 @pytest.fixture(scope="module")
@@ -142,6 +155,7 @@ MISTAKES = {
     "no_attention_biases": (MAIN, {}, _without("qkv_bias", "o_bias")),
     "no_window": (MAIN, {"layer_types": ["full_attention"] * 2}, None),
     "no_yarn": (MAIN, {"rope_scaling": None}, None),
+    "no_yarn-old_rope_dialect": ("gpt_oss_tied_mha_old_rope_dialect", {"rope_scaling": None}, None),
 }
 test_each_mistake_moves_the_logits_far = mistake_test(MISTAKES)
 
@@ -193,9 +207,15 @@ def test_the_hubs_mxfp4_files_are_refused_with_the_conversion():
         config_from_hf(config)
 
 
-def test_layers_slide_only_with_a_window():
-    with pytest.raises(TinyInferError, match="sliding_window is null"):
-        config_from_hf({"model_type": "gpt_oss", **GPT_OSS, "sliding_window": None})
+@pytest.mark.parametrize("edit, message", [
+    ({"sliding_window": None}, "sliding_window is null"),
+    ({"swiglu_limit": None}, "swiglu_limit=null is not supported"),
+    ({"rope_parameters": {"rope_type": "longrope", "rope_theta": 1e4}}, "rope scaling type 'longrope' is not supported"),
+    ({"layer_types": ["full_attention", "chunked_attention"]}, "layer type 'chunked_attention' is not supported"),
+])
+def test_what_tinyinfer_cannot_run_as_transformers_does_is_refused_by_name(edit, message):
+    with pytest.raises(TinyInferError, match=message):
+        config_from_hf({"model_type": "gpt_oss", **GPT_OSS, **edit})
 
 
 def test_fields_left_out_of_config_json_are_read_as_transformers_reads_them(tmp_path):

@@ -687,6 +687,9 @@ def _gpt_oss(c: dict) -> dict:
     150000), and in every layer a Mixture-of-Experts (tinyinfer/moe.py): a router with a bias whose top-k logits
     are softmaxed among themselves, experts `intermediate_size` wide with biases, their SwiGLU clamped by
     `swiglu_limit` and sharpened by `swiglu_alpha`. `hidden_act` is not read (transformers' experts ignore it)."""
+    if c["swiglu_limit"] is None:  # GptOssExperts clamps by it whatever it is (and fails on None)
+        raise TinyInferError("config.json (gpt_oss): swiglu_limit=null is not supported: the experts clamp their gate "
+                             "and up projections by it; give the number (7.0 in the gpt-oss releases)")
     params = c.get("rope_scaling") or c.get("rope_parameters") or GPT_OSS_ROPE  # GptOssConfig's default
     fields = _llama_family({**c, "rope_parameters": params, "rope_scaling": None, "hidden_act": "silu"})
     return dict(_check_window(c, fields), n_experts=_expert_count(c), n_experts_per_tok=c["num_experts_per_tok"],
