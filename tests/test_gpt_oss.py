@@ -42,6 +42,7 @@ from tiny_models import (
     parity_tests,
     prompt_ids,
 )
+from transformers.models.gpt_oss import modeling_gpt_oss as hf
 
 import tinyinfer
 import tinyinfer.model
@@ -49,6 +50,7 @@ from tinyinfer.attention import attention, causal_mask, decode_attention, decode
 from tinyinfer.config import config_from_hf, load_hf_config
 from tinyinfer.errors import TinyInferError
 from tinyinfer.flash_attention import tiled_attention
+from tinyinfer.moe import route_topk_softmax
 
 YARN = {"rope_type": "yarn", "rope_theta": 150000.0, "factor": 4.0, "original_max_position_embeddings": 32,
         "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False}
@@ -222,8 +224,6 @@ def test_fields_left_out_of_config_json_are_read_as_transformers_reads_them(tmp_
     """A config.json with only the sizes: tinyinfer's Config agrees with transformers' config object, and its
     default YaRN (factor 32 over 4096 positions, truncate false, theta 150000) gives transformers' rotary
     frequencies and cos/sin factor."""
-    from transformers.models.gpt_oss import modeling_gpt_oss as hf
-
     sizes = dict(model_type="gpt_oss", vocab_size=300, hidden_size=64, num_hidden_layers=4, num_attention_heads=16,
                  intermediate_size=32, num_local_experts=8)
     (tmp_path / "config.json").write_text(json.dumps(sizes))
@@ -245,9 +245,6 @@ def test_fields_left_out_of_config_json_are_read_as_transformers_reads_them(tmp_
 
 def test_router_softmaxes_the_top_k_logits_only():
     """gpt-oss's router against transformers' GptOssTopKRouter on random tokens: the same experts, the same weights."""
-    from tinyinfer.moe import route_topk_softmax
-    from transformers.models.gpt_oss import modeling_gpt_oss as hf
-
     config = transformers.GptOssConfig(hidden_size=8, num_local_experts=6, num_experts_per_tok=3)
     router = hf.GptOssTopKRouter(config)
     torch.manual_seed(0)
