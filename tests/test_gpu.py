@@ -85,6 +85,7 @@ ARCHITECTURES = {
     "test_architectures_stablelm_starcoder2_cohere": ["stablelm2_qk_norm_parallel", "starcoder2", "cohere2",
                                                       "cohere_qk_norm_bias_untied", "olmo_clip", "falcon40b_grouped_bias"],
     "test_deepseek": ["v3_q_lora_yarn_interleaved"],  # latent attention, group-limited sigmoid routing
+    "test_gpt_oss": ["gpt_oss_yarn_window"],  # attention sinks in every attention path, the clamped experts
 }
 
 
