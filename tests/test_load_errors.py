@@ -116,3 +116,43 @@ def test_cli_prints_one_line_and_fails_without_traceback(checkpoint, tmp_path, d
     lines = run.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:"), run.stderr
     assert ("mamba" if damage == "unknown model_type" else "missing") in lines[0]
+
+
+# model_type -> its transformers config class (and fields over tiny_models.TINY_CONFIG its defaults need)
+CONFIG_CLASSES = {
+    "gpt2": "GPT2Config", "llama": "LlamaConfig", "mistral": "MistralConfig", "qwen2": "Qwen2Config", "qwen3": "Qwen3Config",
+    "mixtral": "MixtralConfig", "qwen2_moe": "Qwen2MoeConfig", "qwen3_moe": "Qwen3MoeConfig", "olmoe": "OlmoeConfig",
+    "phi3": "Phi3Config", "gemma": "GemmaConfig", "gemma2": "Gemma2Config", "gemma3_text": "Gemma3TextConfig",
+    "granite": "GraniteConfig", "smollm3": "SmolLM3Config", "olmo": "OlmoConfig", "olmo2": "Olmo2Config",
+    "gpt_neox": "GPTNeoXConfig", "phi": "PhiConfig", "stablelm": "StableLmConfig", "starcoder2": "Starcoder2Config",
+    "cohere": "CohereConfig", "cohere2": "Cohere2Config", "falcon": "FalconConfig", "deepseek_v3": "DeepseekV3Config",
+    "deepseek_v2": "DeepseekV2Config", "gpt_oss": "GptOssConfig",
+}
+CONFIG_FIELDS = {"deepseek_v2": {"num_experts_per_tok": 2}}  # its class leaves the count to the file
+WRONG_VALUES = ["x", -1, 0, None, 1.5, [], {}, True, 10**12, float("nan")]
+
+
+def test_the_config_sweep_covers_every_supported_family():
+    from tinyinfer.config import HF_CONFIG_READERS  # noqa: PLC0415
+
+    assert set(CONFIG_CLASSES) == set(HF_CONFIG_READERS)
+
+
+@pytest.mark.parametrize("model_type", CONFIG_CLASSES)
+def test_any_field_with_a_wrong_value_or_left_out_is_read_or_refused_by_name(model_type):
+    """A config.json of each family (its transformers class's defaults, at a tiny size) with one field set to a
+    wrong value, or removed: tinyinfer reads it or raises a TinyInferError, never another exception (such as a
+    TypeError deep in a reader, a division by a zero step, or a MemoryError from a trillion layers)."""
+    import transformers  # noqa: PLC0415
+
+    from tinyinfer.config import config_from_hf  # noqa: PLC0415
+
+    fields = {**tiny_models.TINY_CONFIG, **CONFIG_FIELDS.get(model_type, {})}
+    base = {**getattr(transformers, CONFIG_CLASSES[model_type])(**fields).to_dict(), "model_type": model_type}
+    config_from_hf(dict(base))  # the untouched file loads
+    for key in set(base) - {"model_type"}:
+        for changed in [{**base, key: wrong} for wrong in WRONG_VALUES] + [{k: v for k, v in base.items() if k != key}]:
+            try:
+                config_from_hf(changed)
+            except TinyInferError:
+                pass

@@ -195,7 +195,9 @@ SIZE_FIELDS = {"vocab_size": "vocab_size", "d_model": "hidden_size / n_embd", "n
 # config.json keys that size arrays, in every dialect; None (null) means "derive it" for the optional ones
 HF_SIZE_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
                 "max_position_embeddings", "n_embd", "n_layer", "n_head", "n_positions")
-HF_OPTIONAL_SIZE_KEYS = ("num_key_value_heads", "head_dim", "n_inner", "num_kv_heads", "ffn_hidden_size")
+HF_OPTIONAL_SIZE_KEYS = ("num_key_value_heads", "head_dim", "n_inner", "num_kv_heads", "ffn_hidden_size",
+                         "decoder_sparse_step")
+MAX_LAYERS = 100_000  # the deepest released models have about 150; per-layer settings of more would not fit memory
 
 
 def _check_hf_sizes(c: dict) -> None:
@@ -203,6 +205,10 @@ def _check_hf_sizes(c: dict) -> None:
         value = c.get(key)
         if key in c and not (value is None and key in HF_OPTIONAL_SIZE_KEYS) and not is_integer_at_least(value):
             raise TinyInferError(f"config.json: {key}={value!r} must be an integer >= 1; fix config.json")
+    for key in ("num_hidden_layers", "n_layer"):
+        if c.get(key, 0) > MAX_LAYERS:
+            raise TinyInferError(f"config.json: {key}={c[key]} layers is beyond any real model (at most {MAX_LAYERS:,} "
+                                 "are accepted); fix config.json")
 
 
 def _check_numbers(cfg: Config) -> None:
@@ -211,6 +217,10 @@ def _check_numbers(cfg: Config) -> None:
         if not is_integer_at_least(value):
             raise TinyInferError(f"config: {name}={value!r} must be an integer >= 1: fix {keys} in config.json "
                                  "(or the llama2.c header)")
+    for name in ("n_experts", "n_experts_per_tok"):  # 0: a dense model
+        if not is_integer_at_least(getattr(cfg, name), low=0):
+            raise TinyInferError(f"config: {name}={getattr(cfg, name)!r} must be an integer >= 0: fix the expert counts "
+                                 "in config.json")
     optional = ("query_pre_attn_scalar", "attn_softcap", "final_softcap", "local_rope_theta",
                 "attn_multiplier", "clip_qkv", "swiglu_limit")  # None: not used
     scales = ("embed_scale", "residual_scale", "logits_divisor", "routed_scaling", "swiglu_alpha")
