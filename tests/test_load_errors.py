@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import tiny_models
 import torch
@@ -71,6 +72,20 @@ def test_misshapen_tensor_names_expected_and_found_shape(checkpoint):
     message = load_error(checkpoint)
     assert name in message
     assert "24, 48" in message and "48, 48" in message  # found and expected, as a list or a tuple
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int8, np.bool_])
+def test_a_parameter_stored_as_integers_is_refused_not_converted(checkpoint, dtype):
+    """Integer codes of a quantised file whose config.json does not say so (or a damaged file) would load as
+    garbage numbers if converted: refused, naming the tensor and its stored type."""
+    name = "model.layers.1.mlp.down_proj.weight"
+
+    def to_integers(tensors):
+        tensors[name] = tensors[name].astype(dtype)
+
+    edit_tensors(checkpoint, to_integers)
+    message = load_error(checkpoint)
+    assert name in message and "not as floating-point numbers" in message
 
 
 @pytest.mark.parametrize("keep", [0.5, 100, 5])

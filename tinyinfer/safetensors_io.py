@@ -28,6 +28,7 @@ DTYPES = {
     "F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": np.uint16,  # BF16 read as raw bits
     "I64": np.int64, "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_,
 }
+FLOAT_DTYPES = ("F64", "F32", "F16", "BF16")  # what a parameter may be stored as (integers: buffers, quantised codes)
 
 
 def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
@@ -114,7 +115,12 @@ class SafetensorsFile:
         return array.reshape(info["shape"])
 
     def get(self, name: str, dtype=np.float32) -> np.ndarray:
-        """The tensor converted to `dtype` (a fresh array in memory)."""
+        """The tensor converted to `dtype` (a fresh array in memory). Parameters are floating point: an integer
+        or boolean tensor read as one is refused (quantised codes, or a damaged file), never converted."""
+        stored = self.header[name]["dtype"]
+        if stored not in FLOAT_DTYPES:
+            raise TinyInferError(f"tensor {name!r} is stored as {stored}, not as floating-point numbers: the checkpoint "
+                                 "is quantised or damaged; use an fp32, fp16 or bf16 checkpoint")
         array = self.raw(name)
         if self.header[name]["dtype"] == "BF16":
             array = bf16_to_f32(array)
