@@ -309,11 +309,15 @@ def test_an_internal_error_is_a_500_and_the_engine_keeps_serving(server, model, 
 def test_a_bug_outside_a_step_does_not_stop_the_engine_thread(server, monkeypatch, capsys):
     """The engine thread runs every call in a guard: a bug in an abort (each request ends with one) is a 500 for
     the requests in flight at worst, never a dead thread that leaves every later request waiting forever."""
+    called = threading.Event()
+
     def broken_abort(request_id):
+        called.set()
         raise RuntimeError("a bug in abort")
 
     monkeypatch.setattr(server.engine.llm, "abort", broken_abort)
     assert post(server, "/v1/completions", {"prompt": "ROMEO:", "max_tokens": 3})[0] == 200
+    assert called.wait(20)  # the handler asks for the abort after its answer is sent: wait for the engine to run it
     monkeypatch.undo()
     assert post(server, "/v1/completions", {"prompt": "ROMEO:", "max_tokens": 3})[0] == 200
     assert server.engine.thread.is_alive() and "a bug in abort" in capsys.readouterr().err
