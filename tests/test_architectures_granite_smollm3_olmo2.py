@@ -39,6 +39,7 @@ from tiny_models import (
     MISTAKE_MIN,
     TINY_CONFIG,
     WINDOW,
+    assert_logits_match_transformers,
     build_with_transformers,
     built_once,
     generation_tests,
@@ -49,13 +50,13 @@ from tiny_models import (
     mistake_test,
     parity_tests,
     prompt_ids,
+    tiled_attention_calls,
 )
 
 import tinyinfer
 import tinyinfer.model
 from tinyinfer.config import config_from_hf
 from tinyinfer.errors import TinyInferError
-from tinyinfer.flash_attention import tiled_attention
 
 # head_dim 12: head_dim^-1/2 = 0.29, far from the attention multiplier
 GRANITE = dict(embedding_multiplier=6.0, residual_multiplier=0.4, attention_multiplier=0.7, logits_scaling=3.0)
@@ -126,19 +127,10 @@ test_greedy_tokens_equal_transformers_generate, test_serving_engine_gives_the_gr
 def test_tiled_prefill_matches_transformers(name, checkpoint, monkeypatch):
     """The long-prompt path (`tiled_attention`), forced on a 40-token prompt with 8-position tiles: Granite's score
     scale and SmolLM3's window over unrotated keys reach it too."""
-    monkeypatch.setattr(tinyinfer.model, "TILED_ATTENTION_MIN_SCORES", 0)
-    calls = []
-
-    def small_tiles(*args, **kwargs):
-        calls.append(args[5])  # the score scale
-        return tiled_attention(*args, **kwargs, tile=8)
-
-    monkeypatch.setattr(tinyinfer.model, "tiled_attention", small_tiles)
-    folder = checkpoint(name)
-    ids = prompt_ids(40, seed=8)
-    model = tinyinfer.load(folder)
-    np.testing.assert_allclose(model.logits(ids), hf_logits(folder, ids), rtol=0, atol=LOGITS_ATOL)
-    assert calls == [model.config.attention_scale(i) for i in range(model.config.n_layers)]  # every layer, tiled
+    calls = tiled_attention_calls(monkeypatch)
+    assert_logits_match_transformers(checkpoint(name), n=40)
+    cfg = tinyinfer.load(checkpoint(name)).config
+    assert [c["scale"] for c in calls] == [cfg.attention_scale(i) for i in range(cfg.n_layers)]  # every layer, tiled
 
 
 # Each switch undone (a Config change) must move some logit by MISTAKE_MIN, or the variant would not catch a

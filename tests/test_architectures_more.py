@@ -32,6 +32,7 @@ from tiny_models import (
     LOGITS_ATOL,
     TINY_CONFIG,
     WINDOW,
+    assert_logits_match_transformers,
     build_with_transformers,
     built_once,
     generation_tests,
@@ -41,13 +42,13 @@ from tiny_models import (
     mistake_distance,
     parity_tests,
     prompt_ids,
+    tiled_attention_calls,
 )
 
 import tinyinfer
 import tinyinfer.model
 from tinyinfer.config import config_from_hf
 from tinyinfer.errors import TinyInferError
-from tinyinfer.flash_attention import tiled_attention
 
 GEMMA2 = dict(num_hidden_layers=3, head_dim=16, query_pre_attn_scalar=24, attn_logit_softcapping=8.0,
               final_logit_softcapping=5.0, sliding_window=WINDOW)
@@ -101,18 +102,9 @@ test_greedy_tokens_equal_transformers_generate, test_serving_engine_gives_the_gr
 def test_tiled_prefill_matches_transformers(name, checkpoint, monkeypatch):
     """The long-prompt path (`tiled_attention`), forced on a 40-token prompt with 8-position tiles, so that key
     tiles before the window are skipped and the soft cap is applied tile by tile."""
-    monkeypatch.setattr(tinyinfer.model, "TILED_ATTENTION_MIN_SCORES", 0)
-    calls = []
-
-    def small_tiles(*args, **kwargs):
-        calls.append(kwargs.get("softcap"))
-        return tiled_attention(*args, **kwargs, tile=8)
-
-    monkeypatch.setattr(tinyinfer.model, "tiled_attention", small_tiles)
-    folder = checkpoint(name)
-    ids = prompt_ids(40, seed=8)
-    np.testing.assert_allclose(tinyinfer.load(folder).logits(ids), hf_logits(folder, ids), rtol=0, atol=LOGITS_ATOL)
-    assert calls and set(calls) == {VARIANTS[name][1].get("attn_logit_softcapping")}  # every layer, tiled
+    calls = tiled_attention_calls(monkeypatch)
+    assert_logits_match_transformers(checkpoint(name), n=40)
+    assert calls and {c["softcap"] for c in calls} == {VARIANTS[name][1].get("attn_logit_softcapping")}  # every layer
 
 
 # Each switch undone (a Config change) must move the logits at least 10x the tolerance, or the variant would not

@@ -27,14 +27,14 @@ import numpy as np
 import pytest
 import torch
 import transformers
-from tiny_models import assert_cached_decode_equals_full_recompute, built_once, hf_greedy, hf_logits, make_tiny_models, prompt_ids
+from tiny_models import (assert_cached_decode_equals_full_recompute, built_once, hf_greedy, hf_logits, make_tiny_models,
+                         prompt_ids, tiled_attention_calls)
 
 import tinyinfer
 import tinyinfer.model
 from tinyinfer.config import config_from_hf, load_hf_config
 from tinyinfer.engine import LLM
 from tinyinfer.errors import TinyInferError
-from tinyinfer.flash_attention import tiled_attention
 from tinyinfer.memory import param_count
 from tinyinfer.model import Model
 from tinyinfer.sampling import SamplingParams
@@ -153,16 +153,9 @@ def test_serving_engine_gives_the_greedy_tokens_of_generate(checkpoint):
 def test_tiled_prefill_matches_transformers(checkpoint, monkeypatch):
     """The long-prompt path (`tiled_attention`), forced on a 40-token prompt with 8-position tiles, so that key
     tiles before the window are skipped on the sliding layers."""
-    monkeypatch.setattr(tinyinfer.model, "TILED_ATTENTION_MIN_SCORES", 0)
-    calls = []
-
-    def small_tiles(q, keys, values, start, window, *args, **kwargs):
-        calls.append(window)
-        return tiled_attention(q, keys, values, start, window, *args, **kwargs, tile=8)
-
-    monkeypatch.setattr(tinyinfer.model, "tiled_attention", small_tiles)
+    calls = tiled_attention_calls(monkeypatch)
     assert max_diff(checkpoint("gemma3_linear"), prompt_ids(40, seed=8)) < LOGITS_ATOL
-    assert calls == [WINDOW, WINDOW, None, WINDOW, WINDOW]  # every layer tiled, each with its own window
+    assert [c["window"] for c in calls] == [WINDOW, WINDOW, None, WINDOW, WINDOW]  # every layer, its own window
 
 
 def with_qk_gains_read_as_plain_weights(params: dict) -> dict:

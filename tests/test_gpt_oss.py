@@ -30,17 +30,16 @@ import pytest
 import torch
 import transformers
 from tiny_models import (
-    LOGITS_ATOL,
     TINY_CONFIG,
     WINDOW,
+    assert_logits_match_transformers,
     build_with_transformers,
     built_once,
     generation_tests,
-    hf_logits,
     memory_test,
     mistake_test,
     parity_tests,
-    prompt_ids,
+    tiled_attention_calls,
 )
 from transformers.models.gpt_oss import modeling_gpt_oss as hf
 
@@ -103,18 +102,9 @@ test_memory_arithmetic_counts_every_parameter = memory_test(VARIANTS)
 def test_tiled_prefill_matches_transformers(checkpoint, monkeypatch):
     """The long-prompt path (`tiled_attention`), forced on a 40-token prompt with 8-position tiles: key tiles
     before the window are skipped, and the sinks start every query's online softmax."""
-    monkeypatch.setattr(tinyinfer.model, "TILED_ATTENTION_MIN_SCORES", 0)
-    calls = []
-
-    def small_tiles(*args, **kwargs):
-        calls.append(kwargs.get("sinks"))
-        return tiled_attention(*args, **kwargs, tile=8)
-
-    monkeypatch.setattr(tinyinfer.model, "tiled_attention", small_tiles)
-    folder = checkpoint(MAIN)
-    ids = prompt_ids(40, seed=8)
-    np.testing.assert_allclose(tinyinfer.load(folder).logits(ids), hf_logits(folder, ids), rtol=0, atol=LOGITS_ATOL)
-    assert len(calls) == 2 and all(sinks is not None and sinks.shape == (4,) for sinks in calls)  # both layers
+    calls = tiled_attention_calls(monkeypatch)
+    assert_logits_match_transformers(checkpoint(MAIN), n=40)
+    assert len(calls) == 2 and all(c["sinks"] is not None and c["sinks"].shape == (4,) for c in calls)  # both layers
 
 
 def _layers(params: dict, change) -> dict:

@@ -23,7 +23,9 @@ import torch
 import transformers
 
 import tinyinfer
+import tinyinfer.model
 from tinyinfer.engine import LLM
+from tinyinfer.flash_attention import tiled_attention
 from tinyinfer.memory import param_count
 from tinyinfer.model import Model, SeqChunk, map_arrays
 from tinyinfer.sampling import SamplingParams
@@ -145,6 +147,25 @@ def assert_logits_match_transformers(folder, n: int = 24) -> None:
     is read exactly (bf16 widens to float32 without rounding), so it meets the float32 bound too."""
     ids = prompt_ids(n)
     np.testing.assert_allclose(tinyinfer.load(folder).logits(ids), hf_logits(folder, ids), rtol=0, atol=LOGITS_ATOL)
+
+
+def tiled_attention_calls(monkeypatch, tile: int = 8) -> list[dict]:
+    """Send every prompt chunk through `tiled_attention`, in tiles of `tile` positions (so that a short prompt
+    crosses tiles and skips those before a window); the list returned fills with each call's arguments by name
+    (q, k, v, start, window, scale, softcap, sinks)."""
+    import inspect  # noqa: PLC0415
+
+    calls, signature = [], inspect.signature(tiled_attention)
+
+    def small_tiles(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        calls.append(bound.arguments)
+        return tiled_attention(*args, **{**kwargs, "tile": tile})
+
+    monkeypatch.setattr(tinyinfer.model, "TILED_ATTENTION_MIN_SCORES", 0)
+    monkeypatch.setattr(tinyinfer.model, "tiled_attention", small_tiles)
+    return calls
 
 
 def assert_greedy_tokens_equal_transformers_generate(folder) -> None:
