@@ -365,22 +365,22 @@ class Reply:
         for out in outputs:
             key = (out.request_id, out.index)
             chars, tokens = sent[key]
-            logprobs = self._logprobs(None if out.logprobs is None else out.logprobs[tokens:], offset=chars)
-            if key in calls and not ToolCallStream.is_text(out.text):  # calls (or not known yet): name, then arguments
-                pieces = [{"index": i, **(_call(name, more) if name else {"function": {"arguments": more}})}
-                          for i, name, more in calls[key].push(out.text)]  # a new call, or more of its arguments
-                if pieces or out.finished:
-                    reason = self._message(out.text, out.finish_reason)[1] if out.finished else None
-                    delta = {"tool_calls": pieces} if pieces else {}
-                    yield {**head, "choices": [{"index": self.index[key], "delta": delta, "logprobs": logprobs,
-                                                "finish_reason": reason}], **usage}
-                    sent[key] = (len(out.text), len(out.logprobs or ()))
-            elif out.text[chars:] or out.finished:  # logprobs ride along with text
-                choice = self._choice(self.index[key], out.text[chars:], out.finish_reason, logprobs, delta=True)
-                yield {**head, "choices": [choice], **usage}
-                sent[key] = (len(out.text), len(out.logprobs or ()))
+            as_calls = key in calls and not ToolCallStream.is_text(out.text)  # calls, or not known yet: held as such
+            pieces = [{"index": i, **(_call(name, more) if name else {"function": {"arguments": more}})}
+                      for i, name, more in calls[key].push(out.text)] if as_calls else []  # a new call, or more of one
             if out.finished:
                 final.append(out)
+            elif not (pieces or (out.text[chars:] and not as_calls)):
+                continue  # nothing to send yet: the logprobs wait for the next piece
+            logprobs = self._logprobs(None if out.logprobs is None else out.logprobs[tokens:], offset=chars)
+            if as_calls:
+                reason = self._message(out.text, out.finish_reason)[1] if out.finished else None
+                choice = {"index": self.index[key], "delta": {"tool_calls": pieces} if pieces else {},
+                          "logprobs": logprobs, "finish_reason": reason}
+            else:
+                choice = self._choice(self.index[key], out.text[chars:], out.finish_reason, logprobs, delta=True)
+            yield {**head, "choices": [choice], **usage}
+            sent[key] = (len(out.text), len(out.logprobs or ()))
         if include_usage:
             yield {**head, "choices": [], "usage": self._usage(final)}
 
