@@ -19,6 +19,7 @@ from tqdm import tqdm
 from tinyinfer.config import Config, load_hf_config, read_json
 from tinyinfer.errors import TinyInferError
 from tinyinfer.kv_quant import check_kv_cache_dtype
+from tinyinfer.memory import release_freed_memory
 from tinyinfer.model import Model
 from tinyinfer.safetensors_io import Checkpoint
 from tinyinfer.weights import load_params, untie_if_the_file_disagrees
@@ -122,8 +123,10 @@ def _load_gguf(path: Path, device: str, dtype, tokenizer, kv_cache_dtype: str, k
         bar.update(1)
     model = Model(config, params, _load_tokenizer(tokenizer) if tokenizer else gguf_tokenizer, device, {}, dtype,
                   kv_cache_dtype)
+    del params  # the model holds them now: kept quantised, they are freed below
     if keep_quantized:
         keep(model, gguf)
+        release_freed_memory()  # the float32 weights it replaced
     return model
 
 

@@ -103,7 +103,8 @@ def run(args) -> int:
 
 
 def serve_and_report(args, blas: str) -> int:
-    model = tinyinfer.load(args.model, device=args.device, kv_cache_dtype=args.kv_cache_dtype)
+    model = tinyinfer.load(args.model, device=args.device, kv_cache_dtype=args.kv_cache_dtype,
+                           keep_quantized=args.keep_quantized)
     rng = np.random.default_rng(args.seed)
     workload = make_workload(model, rng, args.requests, args.rate, parse_range(args.prompt_len, "--prompt-len"),
                              parse_range(args.output_len, "--output-len"), args.temperature)

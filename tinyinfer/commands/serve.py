@@ -46,7 +46,8 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     if not 0 <= args.port <= 65535:
         raise TinyInferError(f"--port {args.port} is not a port: give 0..65535 (0: any free port)")
-    model = tinyinfer.load(args.model, device=args.device, kv_cache_dtype=args.kv_cache_dtype)
+    model = tinyinfer.load(args.model, device=args.device, kv_cache_dtype=args.kv_cache_dtype,
+                           keep_quantized=args.keep_quantized)
     llm = LLM(model, block_size=args.block_size, max_num_seqs=args.max_num_seqs,
               max_num_batched_tokens=args.max_num_batched_tokens, prefix_caching=not args.no_prefix_caching)
     name = args.served_model_name or args.model or DEFAULT_MODEL

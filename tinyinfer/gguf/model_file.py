@@ -227,11 +227,12 @@ def _quantize_tree(tree, lookup, prefix: str):
 
 
 class _RowLookup:
-    """Finds a float32 matrix's columns among the dequantised rows of a file's quantised tensors."""
+    """Finds a float32 matrix's columns among the dequantised rows of a file's quantised tensors, by a hash of
+    each row's bytes; a match is then checked value for value, so a hash collision can only leave a weight float."""
 
     def __init__(self, gguf: GGUFFile):
         self.gguf = gguf
-        self._index = {}  # tensor name -> {row bytes: row number}
+        self._index = {}  # tensor name -> {hash of a row's bytes: row number}
 
     def layer_tensors(self, prefix: str) -> tuple[str, ...]:
         return tuple(name for name in self.gguf.tensors if name.startswith(prefix) and name.endswith(".weight"))
@@ -239,11 +240,9 @@ class _RowLookup:
     def _rows_of(self, name: str) -> dict:
         if name not in self._index:
             info = self.gguf.tensors[name]
-            if info.type_name in ("F32", "F16", "BF16") or info.type_name not in DEQUANTIZERS or len(info.shape) < 2:
-                self._index[name] = {}
-            else:
-                rows = self.gguf.dequantize(name).reshape(-1, info.shape[-1])  # [rows, in]
-                self._index[name] = {row.tobytes(): r for r, row in enumerate(rows)}
+            quantised = info.type_name in DEQUANTIZERS and info.type_name not in ("F32", "F16", "BF16")
+            rows = self.gguf.dequantize(name).reshape(-1, info.shape[-1]) if quantised and len(info.shape) > 1 else []
+            self._index[name] = {hash(row.tobytes()): r for r, row in enumerate(rows)}  # rows: [n, in]
         return self._index[name]
 
     def match(self, w: np.ndarray, candidates: tuple[str, ...]) -> QuantizedRows | None:
@@ -251,7 +250,7 @@ class _RowLookup:
         columns = np.ascontiguousarray(np.asarray(w, dtype=np.float32).T)  # [out, in]
         found = []  # (tensor, row) of each column
         for column in columns:
-            key = column.tobytes()
+            key = hash(column.tobytes())
             hit = next(((name, index[key]) for name in candidates if key in (index := self._rows_of(name))), None)
             if hit is None:
                 return None
@@ -262,5 +261,6 @@ class _RowLookup:
                 parts[-1][1].append(row)
             else:
                 parts.append((name, [row]))
-        return QuantizedRows([(self.gguf.tensors[name].type_name, np.ascontiguousarray(self.gguf.rows(name)[rows]))
+        kept = QuantizedRows([(self.gguf.tensors[name].type_name, np.ascontiguousarray(self.gguf.rows(name)[rows]))
                               for name, rows in parts], w.shape[0])
+        return kept if np.array_equal(kept.dequantize_rows(), columns) else None

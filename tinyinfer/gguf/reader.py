@@ -170,7 +170,7 @@ class GGUFFile:
                 what = f"tensor {following.name!r} begins" if following is not None else "the file ends"
                 raise self._error(f"tensor {info.name!r} ({info.type_name} {list(info.shape)}) needs {info.nbytes:,} "
                                   f"bytes from byte {info.start:,}, but {what} at byte {limit:,}: "
-                                  f"{'the file is truncated' if following is None else 'its size disagrees with its type and shape'}")
+                                  f"{'the file is truncated: download it again' if following is None else 'its size disagrees with its type and shape: the file is damaged'}")
         if len(tensors) != len(infos):
             raise self._error("names two tensors alike: the file is damaged")
         return tensors
