@@ -204,3 +204,26 @@ def test_gpu_decode_step_moves_ids_in_and_one_choice_out():
     one, many = _transfers_per_token(model, steps + 1, temperature=0.8, top_p=0.9, seed=1)
     assert (many.to_host_bytes - one.to_host_bytes) / steps <= 8 * vocab  # one float64 row
     assert (many.to_host_calls - one.to_host_calls) / steps <= 1
+
+
+# --- the benches on the device -------------------------------------------------------------------------------------
+
+@pytest.mark.gpu
+def test_bench_decode_on_the_device_reports_the_gpu_memory_bound(capsys):
+    from tinyinfer.cli import main  # noqa: PLC0415
+
+    assert main(["bench", "decode", "--device", "cuda", "--dtype", "float16", "--prompt-tokens", "8",
+                 "--tokens", "4", "--rounds", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "GPU memory bandwidth (measured copy)" in out and "of the bandwidth bound" in out
+    assert "float16" in out
+
+
+@pytest.mark.gpu
+def test_bench_serve_on_the_device_prints_the_batching_ratios(capsys):
+    from tinyinfer.cli import main  # noqa: PLC0415
+
+    assert main(["bench", "serve", "--device", "cuda", "--requests", "6", "--concurrency", "3", "--rounds", "1",
+                 "--prompt-len", "8:16", "--output-len", "4:8", "--prefix-len", "32", "--prefix-requests", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "continuous" in out and "same tokens" in out.lower()
