@@ -219,7 +219,7 @@ def test_unsupported_or_inconsistent_options_are_refused_by_name(model_type, edi
 @pytest.mark.parametrize("model_type", ["deepseek_v2", "deepseek_v3"])
 def test_fields_left_out_of_config_json_are_read_as_transformers_reads_them(model_type, tmp_path):
     """A config.json with only the sizes (and V2's top-k, null by default): tinyinfer's Config agrees with
-    transformers' config object (the defaults of the rest, HF_DEFAULTS, are those of the config classes:
+    transformers' config object (the defaults of the rest, each family's DEFAULTS, are those of the config classes:
     tests/test_config_variants.py)."""
     sizes = dict(model_type=model_type, vocab_size=300, hidden_size=128, num_hidden_layers=5, num_attention_heads=32,
                  intermediate_size=96, moe_intermediate_size=32, num_experts_per_tok=4)
