@@ -7,6 +7,9 @@
 With `--lora shout=shakespeare-shout` (repeatable, as vLLM's `--lora-modules`) a request whose "model" is
 "shout" runs with that LoRA adapter, in the same batches as the requests on the base model.
 
+Over ranks, `mpirun -n 2 python -m tinyinfer serve --tensor-parallel-size 2`: rank 0 listens and schedules, every
+rank runs each step's forward pass (tinyinfer/engine/ranks.py).
+
 Ctrl-C stops it.
 """
 
@@ -17,7 +20,8 @@ import sys
 import tinyinfer
 from tinyinfer.chat import ChatTemplate
 from tinyinfer.commands.generate import add_kv_cache_dtype_argument
-from tinyinfer.engine import LLM
+from tinyinfer.commands.parallel_flags import add_parallel_arguments, connect_ranks, parallel_model, rank_zero_output
+from tinyinfer.engine.ranks import engine_on_ranks
 from tinyinfer.engine.server import Server
 from tinyinfer.errors import TinyInferError
 from tinyinfer.lora import load_adapter
@@ -41,16 +45,24 @@ def add_arguments(parser) -> None:
                              "as shakespeare-shout; a lone built-in name names it too); repeatable; see "
                              "chapters/13-lora.md")
     add_kv_cache_dtype_argument(parser)
+    add_parallel_arguments(parser)
 
 
 def run(args) -> int:
     if not 0 <= args.port <= 65535:
         raise TinyInferError(f"--port {args.port} is not a port: give 0..65535 (0: any free port)")
+    comm = connect_ranks(args)
     model = tinyinfer.load(args.model, device=args.device, kv_cache_dtype=args.kv_cache_dtype)
-    llm = LLM(model, block_size=args.block_size, max_num_seqs=args.max_num_seqs,
-              max_num_batched_tokens=args.max_num_batched_tokens, prefix_caching=not args.no_prefix_caching)
-    name = args.served_model_name or args.model or DEFAULT_MODEL
     adapters = load_adapters(model, args.lora)
+    model = parallel_model(model, comm, args)
+    engine = dict(block_size=args.block_size, max_num_seqs=args.max_num_seqs,
+                  max_num_batched_tokens=args.max_num_batched_tokens, prefix_caching=not args.no_prefix_caching)
+    with rank_zero_output(comm), engine_on_ranks(model, comm, **engine) as llm:
+        return 0 if llm is None else serve(args, llm, adapters)  # None: another rank's work is done
+
+
+def serve(args, llm, adapters: dict[str, str]) -> int:
+    name = args.served_model_name or args.model or DEFAULT_MODEL
     try:
         server = Server(llm, args.host, args.port, name, chat_template_of(args.model), adapters)
     except OSError as e:  # the port is taken, the address is not this machine's...
