@@ -251,3 +251,12 @@ def test_cli_warns_once_when_speculation_measured_slower_than_plain_decoding(cap
     assert main(args) == 0
     err = capsys.readouterr().err.splitlines()
     assert sum(line.startswith("warning: speculation ran at 0.50x the speed of plain decoding") for line in err) == warnings
+
+
+def test_bench_speculative_compares_both_methods_with_the_same_tokens(capsys):
+    from tinyinfer.cli import main  # noqa: PLC0415
+
+    assert main(["bench", "speculative", "--task", "repeat", "--tokens", "12", "--rounds", "1", "-k", "2"]) == 0
+    rows = {line.split("  ")[0].strip(): line for line in capsys.readouterr().out.splitlines()}
+    assert set(rows) >= {"no speculation", "draft_model k = 2", "ngram k = 2"}
+    assert rows["draft_model k = 2"].endswith("yes") and rows["ngram k = 2"].endswith("yes")  # greedy: same tokens
