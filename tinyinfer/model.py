@@ -27,7 +27,7 @@ sequence's keys and values. The batched serving engine calls this same function.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -69,6 +69,14 @@ class AttentionPlan:
     first_rows: np.ndarray  # [n_chunks + 1]
     decode_groups: list[tuple]  # [(rows [B] on the device, the cache's DecodeSlots)]
     looped: list[int]  # indices of the other chunks
+    masks: dict = field(default_factory=dict)  # (chunk index, window) -> its causal mask on the device
+
+    def mask(self, j: int, chunk: SeqChunk, window: int | None, device: str):
+        """Chunk j's causal mask [n, end] for `window`: built on the host and copied to the device once per
+        pass, not once per layer (every layer with the same window attends under the same mask)."""
+        if (j, window) not in self.masks:
+            self.masks[j, window] = to_device(causal_mask(len(chunk.tokens), chunk.start, window), device)
+        return self.masks[j, window]
 
 
 class Model:
@@ -161,7 +169,7 @@ class Model:
                 out[rows] = tiled_attention(q[rows], keys, values, chunk.start, window, scale,
                                             softcap=softcap, sinks=sinks)  # -> [n, H*hd]
             else:
-                mask = to_device(causal_mask(n, chunk.start, window), self.device)  # [n, end]
+                mask = plan.mask(j, chunk, window, self.device)  # [n, end]
                 out[rows] = attention(q[rows], keys, values, mask, scale, softcap, sinks)  # -> [n, H*hd]
         if cfg.kv_lora_rank:
             out = expand_values(out, layer, cfg)  # [T, H*(r + dr)] -> [T, H*dv]

@@ -64,7 +64,7 @@ GUIDED_FIELDS = {"guided_json": ("json_schema", (dict, bool, str)), "guided_rege
                  "guided_choice": ("choice", list), "guided_grammar": ("grammar", str)}  # -> (kind, JSON type)
 OTHER_FIELDS = {"prompt", "messages", "model", "stream", "stream_options", "logprobs", "top_logprobs",  # read apart
                 "response_format", "tools", "tool_choice", "parallel_tool_calls", *GUIDED_FIELDS,
-                "user", "metadata", "store", "service_tier"}  # the last four: no effect on the output
+                "cache_salt", "user", "metadata", "store", "service_tier"}  # the last four: no effect on the output
 NO_OP_VALUES = {"echo": False, "best_of": 1, "suffix": ""}  # accepted at these values only
 FINISH_REASONS = {"eos": "stop", "stop": "stop", "length": "length"}  # the engine's reasons -> OpenAI's
 _COMPILING = threading.Lock()  # handler threads compile constraints; the constraint caches are plain dicts
@@ -118,6 +118,15 @@ def requested_adapter(server: Server, body: dict) -> str | None:
         return name
     served = ", ".join(map(repr, [server.model_name, *server.adapters]))
     raise RequestError(f"model {name!r} is not served here: this server serves {served}", "model", 404)
+
+
+def cache_salt(body: dict) -> str | None:
+    """vLLM's `cache_salt`: requests share prefix-cache blocks only with requests of the same salt."""
+    salt = body.get("cache_salt")
+    if salt is not None and not (isinstance(salt, str) and salt):
+        raise RequestError(f"cache_salt={salt!r:.40} is invalid: give a non-empty string, or leave it out to share "
+                           "the prefix cache", "cache_salt")
+    return salt
 
 
 def sampling_params(model, body: dict, chat: bool) -> SamplingParams:

@@ -54,6 +54,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from tinyinfer.engine.openai_api import (
     Reply,
     RequestError,
+    cache_salt,
     engine_requests,
     read_json,
     requested_adapter,
@@ -79,6 +80,7 @@ class Submission:
 
     requests: list[tuple[str, list[int], SamplingParams, object]]
     lora: str | None = None
+    cache_salt: str | None = None
     events: queue.Queue = field(default_factory=queue.Queue)
 
     def keys(self) -> list[tuple[str, int]]:
@@ -142,7 +144,7 @@ class Engine:
         try:
             for rid, prompt_ids, params, make_constraint in submission.requests:
                 added.append(self.llm.add_request(prompt_ids, params, request_id=rid, lora=submission.lora,
-                                                   constraint=make_constraint))
+                                                   constraint=make_constraint, cache_salt=submission.cache_salt))
         except Exception as e:  # noqa: BLE001 - bad input (a 400), or a bug (a 500): the handler answers it
             for rid in added:
                 self.llm.abort(rid)
@@ -245,7 +247,7 @@ class Handler(BaseHTTPRequestHandler):
     def _generate(self, chat: bool) -> None:
         body = read_json(self.rfile, self.headers.get("Content-Length"))
         lora = requested_adapter(self.server, body)  # first: a model not served here is a 404, whatever else is wrong
-        submission = Submission(engine_requests(self.server, body, chat), lora)
+        submission = Submission(engine_requests(self.server, body, chat), lora, cache_salt(body))
         stream, include_usage = stream_options(body)
         self.server.engine.submit(submission)
         try:
