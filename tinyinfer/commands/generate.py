@@ -14,7 +14,10 @@ import re
 import sys
 from pathlib import Path
 
+import numpy as np
+
 import tinyinfer
+from tinyinfer.commands.parallel_flags import add_parallel_arguments, connect_ranks, parallel_model, rank_zero_output
 from tinyinfer.errors import TinyInferError
 from tinyinfer.kv_quant import KV_CACHE_DTYPES
 from tinyinfer.lora import load_adapter
@@ -99,6 +102,7 @@ def add_arguments(parser) -> None:
                         help="with --speculative-method ngram: the shortest suffix looked up (default 1)")
     parser.add_argument("--show-routing", action="store_true",
                         help="Mixture-of-Experts models: print each layer's expert load to stderr after generation")
+    add_parallel_arguments(parser)
     if _structured_output_available():
         add_constraint_arguments(parser)
 
@@ -143,11 +147,21 @@ def constraint_factory(args, model):
 
 
 def run(args) -> int:
+    comm = connect_ranks(args)
+    with rank_zero_output(comm):
+        return generate_on_this_rank(args, comm)
+
+
+def generate_on_this_rank(args, comm) -> int:
+    """The command, run by each rank alike (the same seed on all: rank 0's), printed by rank 0."""
     model = tinyinfer.load(args.model, device=args.device, kv_cache_dtype=args.kv_cache_dtype)
     if args.quantize is not None:
         quantize_model(model, args.quantize)
     if args.lora is not None:
         load_adapter(model, "adapter", args.lora)
+    model = parallel_model(model, comm, args)
+    if comm.size > 1 and args.seed is None:  # every rank must draw the same tokens
+        args.seed = comm.broadcast_object(int(np.random.default_rng().integers(2**31)))
     routing = track_routing(model) if args.show_routing else None
     prompt, add_special = args.prompt, True
     if args.chat:
