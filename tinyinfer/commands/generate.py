@@ -23,6 +23,7 @@ from tinyinfer.kv_quant import KV_CACHE_DTYPES
 from tinyinfer.lora import load_adapter
 from tinyinfer.moe import track_routing
 from tinyinfer.quantize import quantize_model
+from tinyinfer.speculative import PromptLookup
 
 # flag -> SamplingParams field, for the flags that map one to one
 SAMPLING_FLAGS = {
@@ -90,7 +91,15 @@ def add_arguments(parser) -> None:
     parser.add_argument("--draft", metavar="MODEL", default=None,
                         help="speculative decoding: a smaller model with the same tokenizer guesses tokens for this one "
                              "to check (e.g. shakespeare-draft); see chapters/11-speculative-decoding.md")
-    parser.add_argument("--speculate", metavar="K", type=int, default=None, help="with --draft: guesses per round (default 4)")
+    parser.add_argument("--speculative-method", choices=["draft_model", "ngram"], default=None,
+                        help="ngram: prompt lookup, the guesses are the tokens that followed the text's last tokens "
+                             "earlier on (no draft model; pays when the output repeats the input); draft_model: --draft")
+    parser.add_argument("--speculate", metavar="K", type=int, default=None,
+                        help="with --draft or --speculative-method ngram: guesses per round (default 4)")
+    parser.add_argument("--prompt-lookup-max", metavar="N", type=int, default=3,
+                        help="with --speculative-method ngram: the longest suffix looked up (default 3)")
+    parser.add_argument("--prompt-lookup-min", metavar="N", type=int, default=1,
+                        help="with --speculative-method ngram: the shortest suffix looked up (default 1)")
     parser.add_argument("--show-routing", action="store_true",
                         help="Mixture-of-Experts models: print each layer's expert load to stderr after generation")
     add_parallel_arguments(parser)
@@ -165,9 +174,7 @@ def generate_on_this_rank(args, comm) -> int:
         prompt, add_special = ChatTemplate.for_model(args.model).render(messages, add_generation_prompt=True), False
     elif args.system:
         raise TinyInferError("--system needs --chat (a system message only exists in a chat template)")
-    if args.speculate is not None and args.draft is None:
-        raise TinyInferError("--speculate needs --draft (the model that makes the guesses)")
-    draft = tinyinfer.load(args.draft, device=args.device, kv_cache_dtype=args.kv_cache_dtype) if args.draft is not None else None
+    draft = speculation_helper(args)
     outputs = model.generate(prompt, stream=True, constraint=constraint_factory(args, model),
                              add_special_tokens=add_special, draft=draft, num_speculative_tokens=4 if args.speculate is None else args.speculate,
                              lora=None if args.lora is None else "adapter", **sampling_overrides(args))
@@ -178,9 +185,31 @@ def generate_on_this_rank(args, comm) -> int:
         write_stream(stream)
         print_logprobs(stream.result, model.tokenizer)
         print_stats(stream.result)
+    warn_if_slower(stream.result.speculation for stream in streams)
     if routing is not None:
         print(routing.table(), file=sys.stderr)
     return 0
+
+
+def warn_if_slower(speculations) -> None:
+    """One line on stderr when guessing rounds were slower per token than the plain step timed in the run."""
+    slow = [s for s in speculations if s is not None and s.slower_than_plain]
+    if slow:
+        print(f"warning: speculation ran at {slow[0].speed_up:.2f}x the speed of plain decoding (measured in this "
+              "run): drop --draft / --speculative-method to decode faster", file=sys.stderr)
+
+
+def speculation_helper(args):
+    """What --draft / --speculative-method ask to guess with: a loaded draft model, a PromptLookup, or None."""
+    if args.speculative_method == "ngram":
+        if args.draft is not None:
+            raise TinyInferError("--speculative-method ngram guesses without a draft model: drop --draft")
+        return PromptLookup(args.prompt_lookup_max, args.prompt_lookup_min)
+    if args.draft is None:
+        if args.speculate is not None or args.speculative_method is not None:
+            raise TinyInferError("--speculate needs --draft (the model that makes the guesses) or --speculative-method ngram")
+        return None
+    return tinyinfer.load(args.draft, device=args.device, kv_cache_dtype=args.kv_cache_dtype)
 
 
 def write_stream(stream) -> None:
@@ -212,6 +241,6 @@ def print_stats(result) -> None:
           file=sys.stderr)
     s = result.speculation
     if s is not None:
-        print(f"[draft: {s.accepted} of {s.proposed} guesses kept ({s.acceptance_rate:.0%}), "
+        print(f"[speculation: {s.accepted} of {s.proposed} guesses kept ({s.acceptance_rate:.0%}), "
               f"{s.tokens_per_target_step:.2f} tokens per step of the model]", file=sys.stderr)
 
