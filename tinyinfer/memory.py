@@ -23,6 +23,7 @@ import time
 
 import numpy as np
 
+from tinyinfer.backend import synchronize
 from tinyinfer.config import Config
 from tinyinfer.mla import mla_param_count
 from tinyinfer.moe import moe_param_counts
@@ -80,14 +81,17 @@ def decode_bound_tokens_per_s(bytes_per_token: float, bandwidth_bytes_per_s: flo
     return bandwidth_bytes_per_s / bytes_per_token
 
 
-def measure_copy_bandwidth(n_bytes: int = 256 * 2**20, repeats: int = 5) -> float:
-    """Host memory bandwidth in bytes/s, from the best of a few large array copies (read + write counted)."""
-    src = np.ones(n_bytes // 4, dtype=np.float32)
-    dst = np.empty_like(src)
+def measure_copy_bandwidth(n_bytes: int = 256 * 2**20, repeats: int = 5, xp=np) -> float:
+    """Memory bandwidth in bytes/s, from the best of a few large array copies (read + write counted), in host
+    memory (xp = numpy) or in the GPU's (xp = cupy: its HBM, the bound of a decode step there)."""
+    src = xp.ones(n_bytes // 4, dtype=np.float32)
+    dst = xp.empty_like(src)
     best = float("inf")
     for _ in range(repeats):
+        synchronize(xp)
         start = time.perf_counter()
-        np.copyto(dst, src)
+        xp.copyto(dst, src)
+        synchronize(xp)  # a GPU copy returns before it has run
         best = min(best, time.perf_counter() - start)
     return 2 * src.nbytes / best
 
@@ -119,16 +123,19 @@ def release_freed_memory() -> None:
         pass
 
 
-def measure_read_bandwidth(n_bytes: int = 256 * 2**20, repeats: int = 5) -> float:
-    """Host memory bandwidth in bytes/s as a decode step meets it: the best of a few matrix-vector products
-    over an n_bytes float32 matrix (bytes read / time). The product runs in the matrix library's thread pool,
-    the one decode's products run in, so the bound has decode's threads; a copy (`measure_copy_bandwidth`) runs
-    on one thread, and a multi-threaded decode could read faster than it ("119% of the bound")."""
-    matrix = np.ones((n_bytes // 4 // 4096, 4096), dtype=np.float32)  # [rows, 4096]
-    vector = np.ones(4096, dtype=np.float32)
+def measure_read_bandwidth(n_bytes: int = 256 * 2**20, repeats: int = 5, xp=np) -> float:
+    """Memory bandwidth in bytes/s as a decode step meets it: the best of a few matrix-vector products over an
+    n_bytes float32 matrix (bytes read / time), in host memory (xp = numpy) or the GPU's (xp = cupy). On the CPU
+    the product runs in the matrix library's thread pool, the one decode's products run in, so the bound has
+    decode's threads; a copy (`measure_copy_bandwidth`) runs on one thread, and a multi-threaded decode could
+    read faster than it ("119% of the bound")."""
+    matrix = xp.ones((n_bytes // 4 // 4096, 4096), dtype=np.float32)  # [rows, 4096]
+    vector = xp.ones(4096, dtype=np.float32)
     best = float("inf")
     for _ in range(repeats):
+        synchronize(xp)
         start = time.perf_counter()
         matrix @ vector  # [rows, 4096] @ [4096] -> [rows]: reads the matrix once
+        synchronize(xp)
         best = min(best, time.perf_counter() - start)
     return matrix.nbytes / best

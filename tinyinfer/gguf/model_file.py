@@ -21,7 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tinyinfer.config import Config, config_from_hf
+from tinyinfer.config import Config
+from tinyinfer.families import config_from_hf, load_params, untie_if_the_file_disagrees
 from tinyinfer.errors import TinyInferError
 from tinyinfer.gguf.architectures import Architecture, architecture
 from tinyinfer.gguf.quants import DEQUANTIZERS, check_supported, dequantize
@@ -118,8 +119,6 @@ def read_gguf_config(path) -> Config:
 
 def load_gguf(path: Path, dtype=np.float32):
     """(Config, params, tokenizer or None, the GGUFFile) of a .gguf file, its weights dequantised."""
-    from tinyinfer.weights import load_params, untie_if_the_file_disagrees  # noqa: PLC0415 - weights imports much
-
     gguf = GGUFFile(path)
     arch, c = gguf_hf_config(gguf)
     config = config_from_hf(c)
