@@ -10,6 +10,8 @@ in F32, whose weights the file holds exactly.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import transformers
@@ -17,7 +19,7 @@ from gguf_files import ALL_TYPES, hf_from_gguf, logits_of, real_model_or_skip, w
 from tiny_models import build_with_transformers, hf_logits, prompt_ids
 
 import tinyinfer
-from tinyinfer.gguf import architectures
+from tinyinfer.families import FAMILIES as REGISTRY
 from tinyinfer.gguf.model_file import QuantizedRows
 from tinyinfer.model import leaves
 
@@ -100,15 +102,19 @@ def test_an_f32_file_gives_the_checkpoint_it_was_converted_from(checkpoint, gguf
     assert_close_to(tinyinfer.load(gguf_file(family, "F32")).logits(ids), hf_logits(checkpoint(family), ids))
 
 
+def without_unpermute(monkeypatch, *model_types: str) -> None:
+    """Load llama-layout files as if the q/k rows needed no re-layout (the rows left as GGUF has them)."""
+    for model_type in model_types:
+        family = REGISTRY[model_type]
+        monkeypatch.setitem(REGISTRY, model_type, dataclasses.replace(family, gguf=dataclasses.replace(
+            family.gguf, relayout=None)))
+
+
 @pytest.mark.parametrize("family", ["llama", "mixtral"])
 def test_the_q_k_permutation_must_be_undone(gguf_file, checkpoint, family, monkeypatch):
     path, ids = gguf_file(family, "F32"), prompt_ids(16)
     reference = hf_logits(checkpoint(family), ids)
-    monkeypatch.setattr(architectures, "llama_relayout", lambda name, w, c: w)  # the rows left as GGUF has them
-    monkeypatch.setitem(architectures.ARCHITECTURES, "llama", architectures.Architecture(
-        architectures.llama_config, architectures.LLAMA_LAYER))
-    monkeypatch.setattr(architectures, "MIXTRAL", architectures.Architecture(
-        architectures.llama_config, architectures.MIXTRAL_LAYER))
+    without_unpermute(monkeypatch, family)
     wrong = tinyinfer.load(path).logits(ids)
     assert np.abs(wrong - reference).max() > 100 * RELATIVE * np.abs(reference).max()
 
@@ -168,7 +174,23 @@ def test_real_model_fails_without_undoing_the_permutation(real, monkeypatch):
     path, model, _, tokenizer = real
     ids = tokenizer(PROMPTS[0])["input_ids"]
     reference = model.logits(ids)
-    monkeypatch.setitem(architectures.ARCHITECTURES, "llama", architectures.Architecture(
-        architectures.llama_config, architectures.LLAMA_LAYER))
+    without_unpermute(monkeypatch, "llama")
     wrong = tinyinfer.load(path).logits(ids)
     assert np.abs(wrong - reference).max() > 0.1 * np.abs(reference).max()
+
+
+def test_real_model_cli_greedy_text_equals_transformers(real, capsys):
+    """What the user runs: `generate --model x.gguf PROMPT --temperature 0` prints transformers' greedy text."""
+    from tinyinfer.cli import main  # noqa: PLC0415
+    import torch  # noqa: PLC0415
+
+    path, _, hf, tokenizer = real
+    for prompt in PROMPTS[:2]:
+        ids = tokenizer(prompt)["input_ids"]
+        with torch.no_grad():
+            expected = hf.generate(torch.tensor([ids]), do_sample=False, max_new_tokens=10, eos_token_id=None,
+                                   pad_token_id=0)[0, len(ids):].tolist()
+        capsys.readouterr()
+        assert main(["generate", "--model", str(path), "--temperature", "0", "--max-tokens", "10", "--ignore-eos",
+                     prompt]) == 0
+        assert capsys.readouterr().out.rstrip("\n") == tokenizer.decode(expected).rstrip("\n"), prompt

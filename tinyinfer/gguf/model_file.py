@@ -1,10 +1,10 @@
 """A GGUF file as a model: its Config, its parameters, its tokenizer.
 
-The file is translated into what tinyinfer already reads (tinyinfer/gguf/architectures.py): the metadata into
-config.json's fields (then `config_from_hf`), the tensors into a checkpoint under the family's Hugging Face
-names (`GGUFCheckpoint`), each dequantised to float32 and re-laid out as the original file had it when it is
-read. tinyinfer/weights.py then builds the parameters exactly as from safetensors, so every family's layout
-logic is written once.
+The file is translated into what tinyinfer already reads, by its family's `GGUFLayout` (tinyinfer/families/,
+tinyinfer/gguf/architectures.py): the metadata into config.json's fields (then `config_from_hf`), the tensors
+into a checkpoint under the family's Hugging Face names (`GGUFCheckpoint`), each dequantised to float32 and
+re-laid out as the original file had it when it is read. The family's loader then builds the parameters exactly
+as from safetensors, so every family's layout logic is written once.
 
 Two ways to hold the weights (`keep_quantized`):
 
@@ -24,7 +24,8 @@ import numpy as np
 from tinyinfer.config import Config
 from tinyinfer.families import config_from_hf, load_params, untie_if_the_file_disagrees
 from tinyinfer.errors import TinyInferError
-from tinyinfer.gguf.architectures import Architecture, architecture
+from tinyinfer.families import FAMILIES, Family
+from tinyinfer.gguf.architectures import GGUFLayout, Metadata
 from tinyinfer.gguf.quants import DEQUANTIZERS, check_supported, dequantize
 from tinyinfer.gguf.reader import GGUFFile
 
@@ -37,9 +38,9 @@ class GGUFCheckpoint:
     """A GGUF file's tensors under the family's names: `names()`, `shape(name)`, `get(name, dtype)`, like
     safetensors_io.Checkpoint, each read through its re-layout."""
 
-    def __init__(self, gguf: GGUFFile, arch: Architecture, hf_config: dict):
-        self.gguf, self.arch, self.hf_config = gguf, arch, hf_config
-        self._sources = {}  # family name -> (GGUF name, expert index or None)
+    def __init__(self, gguf: GGUFFile, layout: GGUFLayout, hf_config: dict):
+        self.gguf, self.layout, self.hf_config = gguf, layout, hf_config
+        self._sources = {}  # family name -> (GGUF name, GGUF base name, expert index or None)
         for name, info in gguf.tensors.items():
             if name in IGNORED:
                 continue
@@ -54,13 +55,12 @@ class GGUFCheckpoint:
         """(the family's name, GGUF's base name) of tensor `name`: blk.3.attn_q.weight -> (model.layers.3.
         self_attn.q_proj.weight, attn_q)."""
         layer, top = LAYER_NAME.fullmatch(name), TOP_NAME.fullmatch(name)
-        if layer and layer[2] in self.arch.layer:
-            prefix = self.arch.layer_prefix.format(i=layer[1])
-            return f"{prefix}{self.arch.layer[layer[2]]}.{layer[3]}", layer[2]
-        if not layer and top and top[1] in self.arch.top:
-            return f"{self.arch.top[top[1]]}.{top[2]}", top[1]
-        raise TinyInferError(f"{self.gguf.path}: tensor {name!r} has no place in a {self.hf_config['model_type']} "
-                             "model: the file's architecture has parts tinyinfer does not run")
+        key = f"blk.{{i}}.{layer[2]}" if layer else top[1] if top else None
+        if key not in self.layout.tensors:
+            raise TinyInferError(f"{self.gguf.path}: tensor {name!r} has no place in a {self.hf_config['model_type']} "
+                                 "model: the file's architecture has parts tinyinfer does not run")
+        kind = layer[3] if layer else top[2]
+        return self.layout.tensors[key].format(i=layer[1] if layer else None, e="{e}") + "." + kind, key.split(".")[-1]
 
     def names(self) -> list[str]:
         return list(self._sources)
@@ -87,7 +87,7 @@ class GGUFCheckpoint:
         check_supported(info.type_name, f"{self.gguf.path}: tensor {gguf_name!r}")
         shape = info.shape if expert is None else info.shape[1:]
         if shape_only:
-            return self.arch.reshaped(base, shape)
+            return self.layout.reshaped(base, shape)
         rows = self.gguf.rows(gguf_name)  # [rows, bytes per row]
         if expert is not None:
             per_expert = rows.shape[0] // info.shape[0]
@@ -95,21 +95,35 @@ class GGUFCheckpoint:
         return self._relayout(base, dequantize(rows, info.type_name, shape))
 
     def _relayout(self, base: str, w: np.ndarray) -> np.ndarray:
-        return w if self.arch.relayout is None else self.arch.relayout(base, w, self.hf_config)
+        return w if self.layout.relayout is None else self.layout.relayout(base, w, self.hf_config)
 
 
-def gguf_hf_config(gguf: GGUFFile) -> tuple[Architecture, dict]:
-    """The file's Architecture and its config.json fields, with the vocabulary size and special tokens."""
-    arch, m = architecture(gguf.metadata, gguf.path)
+def gguf_family(gguf: GGUFFile) -> tuple[Family, Metadata]:
+    """The family that stores itself as the file's general.architecture (Mixtral: llama with an expert_count),
+    and the file's metadata view; an architecture tinyinfer cannot run is refused by name."""
+    arch = gguf.metadata.get("general.architecture")
+    m = Metadata(gguf.metadata, arch, gguf.path)
+    with_experts = bool(m.get("expert_count", 0))
+    stored = [f for f in FAMILIES.values() if f.gguf is not None and f.gguf.architecture == arch]
+    if not stored:
+        known = sorted({f.gguf.architecture for f in FAMILIES.values() if f.gguf is not None})
+        raise TinyInferError(f"{gguf.path}: GGUF architecture {arch!r} is not supported; tinyinfer runs "
+                             f"{', '.join(known)} (Mixtral as llama with experts)")
+    return next((f for f in stored if f.gguf.experts == with_experts), stored[0]), m
+
+
+def gguf_hf_config(gguf: GGUFFile) -> tuple[GGUFLayout, dict]:
+    """The file's GGUFLayout and its config.json fields, with the vocabulary size and special tokens."""
+    family, m = gguf_family(gguf)
     names = set(gguf.tensors)
-    c = arch.config(m, names)
+    c = family.gguf.config(m, names)
     if "token_embd.weight" not in gguf.tensors:
         raise TinyInferError(f"{gguf.path}: has no token_embd.weight (the embedding table): the file is incomplete")
     c["vocab_size"] = gguf.tensors["token_embd.weight"].shape[0]
     special = {key: gguf.metadata.get(f"tokenizer.ggml.{key}_token_id") for key in ("bos", "eos", "eot")}
     c["bos_token_id"] = special["bos"]
     c["eos_token_id"] = [t for t in dict.fromkeys((special["eos"], special["eot"])) if t is not None]
-    return arch, c
+    return family.gguf, c
 
 
 def read_gguf_config(path) -> Config:
@@ -120,9 +134,9 @@ def read_gguf_config(path) -> Config:
 def load_gguf(path: Path, dtype=np.float32):
     """(Config, params, tokenizer or None, the GGUFFile) of a .gguf file, its weights dequantised."""
     gguf = GGUFFile(path)
-    arch, c = gguf_hf_config(gguf)
+    layout, c = gguf_hf_config(gguf)
     config = config_from_hf(c)
-    checkpoint = GGUFCheckpoint(gguf, arch, c)
+    checkpoint = GGUFCheckpoint(gguf, layout, c)
     for name in checkpoint.names():  # refuse unsupported types by name before any work
         check_supported(gguf.tensors[checkpoint.source(name)[0]].type_name, f"{path}: tensor {checkpoint.source(name)[0]!r}")
     config = untie_if_the_file_disagrees(checkpoint, config)
