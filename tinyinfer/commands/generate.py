@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 import tinyinfer
+from tinyinfer.distribute import traffic_report
 from tinyinfer.commands.parallel_flags import add_parallel_arguments, connect_ranks, parallel_model, rank_zero_output
 from tinyinfer.errors import TinyInferError
 from tinyinfer.kv_quant import KV_CACHE_DTYPES
@@ -170,6 +171,7 @@ def generate_on_this_rank(args, comm) -> int:
     model = parallel_model(model, comm, args)
     if comm.size > 1 and args.seed is None:  # every rank must draw the same tokens
         args.seed = comm.broadcast_object(int(np.random.default_rng().integers(2**31)))
+    comm.stats.reset()  # from here on: the model's traffic only
     routing = track_routing(model) if args.show_routing else None
     prompt, add_special = args.prompt, True
     if args.chat:
@@ -204,6 +206,8 @@ def generate_on_this_rank(args, comm) -> int:
     warn_if_slower(stream.result.speculation for stream in streams)
     if routing is not None:
         print(routing.table(), file=sys.stderr)
+    if comm.size > 1:
+        print(traffic_report(model, comm), file=sys.stderr)
     return 1 if incomplete else 0  # a constrained output cut short is not what was asked for
 
 

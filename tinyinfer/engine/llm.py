@@ -270,7 +270,7 @@ class LLM:
         if self.model.tokenizer is not None:  # text, shown as whole characters and cut before a stop string
             from tinyinfer.tokenizer import StreamingDetokenizer  # noqa: PLC0415 - models without one skip it
 
-            seq.detokenizer, seq.stop_matcher = StreamingDetokenizer(self.model.tokenizer), StopMatcher(params.stop)
+            seq.detokenizer, seq.stop_matcher = StreamingDetokenizer(self.model.tokenizer, context=prompt_ids), StopMatcher(params.stop)
         return seq
 
     def _sample(self, seq: Sequence, logits) -> list[int]:
