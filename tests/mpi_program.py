@@ -19,12 +19,33 @@ import numpy as np
 import tinyinfer
 from tinyinfer.distribute import distribute
 from tinyinfer.distributed import CommunicationError, connect
+from tinyinfer.engine import LLM
+from tinyinfer.engine.ranks import engine_on_ranks
 from tinyinfer.model import Model, map_arrays
+from tinyinfer.sampling import SamplingParams
 
 SPLITS = {"tp": dict(tensor_parallel_size=2), "pp": dict(pipeline_parallel_size=2),
           "ep": dict(tensor_parallel_size=2, enable_expert_parallel=True)}
 PROMPT = [5, 17, 42, 99, 3, 64, 120, 7, 33, 250, 18, 77]  # ids below every tiny checkpoint's vocabulary
 MAX_TOKENS = 12
+# a mixed batch for the engine: prompts of several lengths, greedy and seeded sampling, n = 2; with 16 tokens per
+# step, long prompts are prefilled in chunks alongside other sequences' decodes
+ENGINE_PROMPTS = [PROMPT, PROMPT[:3], PROMPT * 3, PROMPT[5:]]
+ENGINE_PARAMS = [SamplingParams(max_tokens=10, temperature=0, ignore_eos=True),
+                 SamplingParams(max_tokens=8, temperature=0.9, seed=3, n=2, ignore_eos=True),
+                 SamplingParams(max_tokens=6, temperature=0.7, top_p=0.9, seed=4, ignore_eos=True),
+                 SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)]
+ENGINE_OPTIONS = dict(max_num_batched_tokens=16, max_num_seqs=4, block_size=4)
+
+
+def engine_tokens(llm) -> list:
+    """The token ids of every sample of ENGINE_PROMPTS run through `llm`, in order."""
+    results = llm.generate(ENGINE_PROMPTS, ENGINE_PARAMS)
+    return [[o.token_ids for o in r] if isinstance(r, list) else [r.token_ids] for r in results]
+
+
+def single_process_engine_tokens(model) -> list:
+    return engine_tokens(LLM(model, **ENGINE_OPTIONS))
 
 
 def collectives(out: Path) -> None:
@@ -61,6 +82,9 @@ def splits(folder: str, out: Path, modes: list[str]) -> None:
         arrays[f"{mode}_tokens"] = np.array(model.generate(PROMPT, max_tokens=MAX_TOKENS, temperature=0,
                                                            ignore_eos=True).token_ids)
         arrays[f"{mode}_logits64"] = distribute(float64(whole), comm, **SPLITS[mode]).logits(PROMPT)
+        with engine_on_ranks(model, comm, **ENGINE_OPTIONS) as llm:
+            if llm is not None:  # rank 0
+                (out / f"{mode}_engine.json").write_text(json.dumps(engine_tokens(llm)))
     np.savez(out / f"rank{comm.rank}.npz", **arrays)
 
 

@@ -32,7 +32,7 @@ from tinyinfer.distributed import CommunicationError, SingleProcess, ring_all_re
 from tinyinfer.distribute import distribute
 from tinyinfer.errors import TinyInferError
 
-from mpi_program import MAX_TOKENS, OPS, PROMPT, float64
+from mpi_program import MAX_TOKENS, OPS, PROMPT, float64, single_process_engine_tokens
 from test_moe_parity import moe_checkpoint  # noqa: F401 - a fixture
 from tiny_models import ROOT, tiny_checkpoint  # noqa: F401 - a fixture
 
@@ -145,10 +145,13 @@ def test_a_rank_that_never_arrives_breaks_the_thread_double():
 def single_process_reference(folder) -> dict:
     model = tinyinfer.load(folder)
     return {"logits": model.logits(PROMPT), "logits64": float64(model).logits(PROMPT),
-            "tokens": model.generate(PROMPT, max_tokens=MAX_TOKENS, temperature=0, ignore_eos=True).token_ids}
+            "tokens": model.generate(PROMPT, max_tokens=MAX_TOKENS, temperature=0, ignore_eos=True).token_ids,
+            "engine": single_process_engine_tokens(model)}
 
 
-def assert_split_equals_single_process(ranks: list, reference: dict, mode: str) -> None:
+def assert_split_equals_single_process(ranks: list, reference: dict, mode: str, out: Path) -> None:
+    """Greedy tokens, both logits (module docstring), and the engine's outputs of a mixed batch, on every rank."""
+    assert json.loads((out / f"{mode}_engine.json").read_text()) == reference["engine"], mode
     scale = float(np.abs(reference["logits"]).max())
     for rank, result in enumerate(ranks):
         assert result[f"{mode}_tokens"].tolist() == reference["tokens"], (mode, rank)
@@ -168,7 +171,7 @@ def test_tensor_and_pipeline_parallel_on_a_dense_model(tiny_checkpoint, tmp_path
     folder = tiny_checkpoint("llama_gqa")
     ranks, reference = run_splits(folder, tmp_path, ["tp", "pp"]), single_process_reference(folder)
     for mode in ("tp", "pp"):
-        assert_split_equals_single_process(ranks, reference, mode)
+        assert_split_equals_single_process(ranks, reference, mode, tmp_path)
     cfg = tinyinfer.load(folder).config
     activation = len(PROMPT) * cfg.d_model * 4  # one [T, d] float32 activation
     tp = dict(zip(OPS, ranks[0]["tp_bytes"].tolist()))
@@ -183,7 +186,7 @@ def test_tensor_pipeline_and_expert_parallel_on_a_moe_model(moe_checkpoint, tmp_
     folder = moe_checkpoint("qwen2_moe")
     ranks, reference = run_splits(folder, tmp_path, ["tp", "pp", "ep"]), single_process_reference(folder)
     for mode in ("tp", "pp", "ep"):
-        assert_split_equals_single_process(ranks, reference, mode)
+        assert_split_equals_single_process(ranks, reference, mode, tmp_path)
     ep = dict(zip(OPS, ranks[0]["ep_calls"].tolist()))
     n_layers = tinyinfer.load(folder).config.n_layers
     assert ep["all_to_all"] == 3 * n_layers  # per MoE layer: the tokens out, their expert ids, the outputs back

@@ -21,6 +21,7 @@ algorithm the library picks (a ring all-reduce sends 2 (n - 1) / n of the array,
 
 from __future__ import annotations
 
+import contextlib
 import pickle
 import time
 from collections import Counter
@@ -77,6 +78,16 @@ class Communicator:
     rank: int = 0
     size: int = 1
     name = "communicator"
+    timeout_s: float = DEFAULT_TIMEOUT_S  # how long an operation may wait for the other ranks
+
+    @contextlib.contextmanager
+    def patience(self, timeout_s: float):
+        """Inside: operations wait up to timeout_s (float("inf"): for ever, as an idle worker waits for work)."""
+        before, self.timeout_s = self.timeout_s, timeout_s
+        try:
+            yield
+        finally:
+            self.timeout_s = before
 
     def __init__(self):
         self.stats = CommStats()

@@ -23,7 +23,7 @@ class ThreadGroup:
     """What the n threads share: a barrier, one slot per rank, and a queue per (sender, receiver) pair."""
 
     def __init__(self, n: int, timeout_s: float):
-        self.size, self.timeout_s = n, timeout_s
+        self.size, self.timeout_s = n, timeout_s  # each rank's communicator starts with this timeout
         self.barrier = threading.Barrier(n)
         self.slots: list = [None] * n
         self.queues = {(i, j): queue.Queue() for i in range(n) for j in range(n)}
@@ -36,7 +36,11 @@ class ThreadCommunicator(Communicator):
 
     def __init__(self, group: ThreadGroup, rank: int):
         super().__init__()
-        self.group, self.rank, self.size = group, rank, group.size
+        self.group, self.rank, self.size, self.timeout_s = group, rank, group.size, group.timeout_s
+
+    @property
+    def _wait_s(self) -> float | None:
+        return None if self.timeout_s == float("inf") else self.timeout_s
 
     def _meet(self, value, op: str) -> list:
         """Every rank's `value`, in rank order, once all have arrived."""
@@ -49,10 +53,10 @@ class ThreadCommunicator(Communicator):
 
     def _wait_for_all(self, op: str) -> None:
         try:
-            self.group.barrier.wait(self.group.timeout_s)
+            self.group.barrier.wait(self._wait_s)
         except threading.BrokenBarrierError:
             raise CommunicationError(f"rank {self.rank} of {self.size}: {op} did not complete within "
-                                     f"{self.group.timeout_s:g} s: another rank has died or is stuck") from None
+                                     f"{self.timeout_s:g} s: another rank has died or is stuck") from None
 
     def _all_reduce(self, x):
         values = self._meet(x, "all_reduce")
@@ -75,10 +79,10 @@ class ThreadCommunicator(Communicator):
 
     def _recv(self, shape, dtype, source):
         try:
-            x = self.group.queues[source, self.rank].get(timeout=self.group.timeout_s)
+            x = self.group.queues[source, self.rank].get(timeout=self._wait_s)
         except queue.Empty:
             raise CommunicationError(f"rank {self.rank}: nothing came from rank {source} within "
-                                     f"{self.group.timeout_s:g} s") from None
+                                     f"{self.timeout_s:g} s") from None
         if x.shape != shape or x.dtype != dtype:
             raise CommunicationError(f"rank {self.rank} expected {dtype}{list(shape)} from rank {source}, got "
                                      f"{x.dtype}{list(x.shape)}")
