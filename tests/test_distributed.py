@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -206,6 +207,11 @@ def test_cli_under_mpirun_prints_what_one_process_prints(flags):
     assert together.returncode == 0, together.stderr
     assert alone.stdout.strip() and together.stdout == alone.stdout  # rank 0's text only, once
     assert together.stderr.count("prompt tokens") == 1  # the statistics line: rank 0's only
+    traffic = re.findall(r"(\w+): +\d+ calls +([\d,]+) B = .* = ([\d,]+) B$", together.stderr, re.MULTILINE)
+    assert {op for op, _, _ in traffic} == ({"all_reduce", "all_gather"} if "--tensor-parallel-size" in flags
+                                            else {"send", "broadcast"})
+    for op, measured, formula in traffic:  # what rank 0 handed each operation, and the chapter's formula for it
+        assert measured == formula, (op, together.stderr)
 
 
 def test_cli_expert_parallel_under_mpirun():

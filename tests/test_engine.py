@@ -316,3 +316,13 @@ def test_text_prompts_stop_strings_and_streamed_text_match_model_generate():
         want = model.generate(prompt, p)
         assert (out.text, out.token_ids, out.finish_reason) == (want.text, want.token_ids, want.finish_reason)
     assert results[0].finish_reason == "stop" and stop not in results[0].text
+
+
+def test_llm_builds_the_engine_from_a_name_or_a_path_as_vllm_does():
+    """LLM("shakespeare") and LLM(model=folder) load the model themselves, and generate what the model does."""
+    from tinyinfer.resolve import builtin_models  # noqa: PLC0415
+
+    greedy = SamplingParams(max_tokens=8, temperature=0)
+    want = tinyinfer.load("shakespeare").generate("ROMEO:", greedy).token_ids
+    for llm in (LLM("shakespeare"), LLM(model=builtin_models()["shakespeare"])):
+        assert llm.generate(["ROMEO:"], greedy)[0].token_ids == want
