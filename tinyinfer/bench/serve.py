@@ -152,13 +152,15 @@ def print_steady_state(model, workload: list[Request], concurrency: int) -> None
 
     context, rows = round(np.mean([len(r.prompt_ids) + r.params.max_tokens / 2 for r in workload])), max(concurrency, 2)
     try:
-        parts, alone = step.measure(model, rows, context, repeats=10)
+        (parts, cpu), (alone, alone_cpu) = step.measure(model, rows, context, repeats=10)
     except TinyInferError as e:
         print(f"steady state: not measured ({e})")
         return
     at_most, unshared_only = step.bounds(parts, rows, alone)
+    cpu_at_most, cpu_unshared_only = step.bounds(cpu, rows, alone_cpu)
     print(f"steady state ({rows} sequences of {context}+ tokens all decoding, `bench step`): at most {at_most:.1f}x "
-          f"sequential; with no cost but the work no batch shares, {unshared_only:.1f}x")
+          f"sequential ({cpu_at_most:.1f}x per CPU second); with no cost but the work no batch shares, "
+          f"{unshared_only:.1f}x ({cpu_unshared_only:.1f}x)")
 
 
 def cost_per_million_tokens(price_per_hour: float, tokens_per_s: float) -> float:
