@@ -40,7 +40,7 @@ from tinyinfer.errors import TinyInferError, is_integer_at_least
 from tinyinfer.generation import check_fits, constraint_maker, encode_prompt, resolve_params, stop_ids
 from tinyinfer.loading import load
 from tinyinfer.lora import check_adapter
-from tinyinfer.sampling import Sampler, SamplingParams, TokenChoice, sequence_rngs
+from tinyinfer.sampling import Sampler, SamplingParams, TokenChoice, sample_batch, sequence_rngs
 from tinyinfer.stopping import StopMatcher
 
 
@@ -184,12 +184,12 @@ class LLM:
             return []
         logits = self.model.forward(batch.chunks, self.cache)  # [n_seqs, V]: the last token of each chunk
         self.scheduler.advance(batch)
-        outputs = []
-        for row, seq in enumerate(batch.sequences):
-            if seq.num_computed < seq.num_tokens or seq.status is Status.FINISHED:
-                continue  # a prefill chunk short of the end, or a padding row: nothing to sample
-            new = self._sample(seq, logits[row])
-            outputs.append(self._output(seq, new))
+        ready = [(row, seq) for row, seq in enumerate(batch.sequences)  # not a prefill chunk short of the end
+                 if seq.num_computed == seq.num_tokens and seq.status is not Status.FINISHED]  # nor a padding row
+        rows = [row for row, _ in ready]
+        ready_logits = logits if len(rows) == len(logits) else logits[rows]  # [R, V]
+        choices = sample_batch([seq.sampler for _, seq in ready], ready_logits)  # each row its own controls and draw
+        outputs = [self._output(seq, self._take(seq, choice)) for (_, seq), choice in zip(ready, choices)]
         self._log(batch)
         return outputs
         # END EXERCISE 10.3
@@ -273,10 +273,9 @@ class LLM:
             seq.detokenizer, seq.stop_matcher = StreamingDetokenizer(self.model.tokenizer, context=prompt_ids), StopMatcher(params.stop)
         return seq
 
-    def _sample(self, seq: Sequence, logits) -> list[int]:
-        """Draw the sequence's next token and apply the stopping rules (those of `model.generate`);
-        return the tokens it gained (0 or 1)."""
-        choice = seq.sampler.sample(logits)
+    def _take(self, seq: Sequence, choice: TokenChoice) -> list[int]:
+        """Apply the stopping rules (those of `model.generate`) to the sequence's drawn token; return the
+        tokens it gained (0 or 1)."""
         token = choice.token_id
         seq.metrics.first_token = seq.metrics.first_token or time.perf_counter()
         if token in seq.enders:
