@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import http.client
 import json
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -75,3 +77,14 @@ def test_the_gauges_show_a_request_in_flight_and_its_abort(model):
         while scrape(server)["tinyinfer:kv_cache_usage_perc"] > 0 and not deadline.wait(0.05):
             pass
         assert scrape(server)["tinyinfer:num_requests_running"] == 0
+
+
+def test_the_http_bench_runs_its_checks_and_passes():
+    """`tinyinfer bench http`, small: every check it prints passes (no connection error, outputs equal to the
+    offline run, every block free after), and it reports the latencies."""
+    run = subprocess.run([sys.executable, "-m", "tinyinfer", "bench", "http", "--requests", "40", "--concurrency", "8",
+                          "--max-tokens", "4:8", "--disconnect", "0.2"], capture_output=True, text=True, timeout=300,
+                         check=False)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "connection errors: 0" in run.stdout and "every KV block free" in run.stdout
+    assert run.stdout.strip().endswith("all checks passed") and "TTFT (streams, client side): p50" in run.stdout
