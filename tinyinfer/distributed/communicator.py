@@ -131,6 +131,17 @@ class Communicator:
         """The array rank `source` sends; the receiver knows its shape and dtype (SPMD: it runs the same step)."""
         return self._recv(tuple(shape), np.dtype(dtype), source)
 
+    def send_object(self, obj, dest: int) -> None:
+        """Send a picklable Python object to rank `dest` (its size first, then its bytes)."""
+        data = np.frombuffer(pickle.dumps(obj), dtype=np.uint8)
+        self.send(np.array([data.size], dtype=np.int64), dest)
+        self.send(data, dest)
+
+    def recv_object(self, source: int):
+        """The Python object rank `source` sends with send_object."""
+        n = int(self.recv((1,), np.int64, source)[0])
+        return pickle.loads(np.asarray(self.recv((n,), np.uint8, source)).tobytes())
+
     def all_to_all(self, parts: list):
         """parts[j] (any number of rows, the same trailing shape and dtype on every rank) goes to rank j;
         returns the `size` arrays the ranks sent to this one, in rank order."""
