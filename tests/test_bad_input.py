@@ -253,8 +253,8 @@ BAD_COMMAND_LINES = [
     (["generate", "--speculate", "0", "hi"], ["--speculate needs --draft"]),
     (["generate", "--speculate", "0", "--draft", "shakespeare-draft", "hi"], ["--speculate", ">= 1"]),
     (["generate", "--quantize", "bogus", "hi"], ["'bogus'", "int8"]),
-    (["generate", "--max-tokens", "600", "hi"], ["context window of 512"]),
-    (["generate", "hi " * 600], ["context window of 512", "shorten the prompt"]),
+    (["generate", "--max-tokens", "600", "hi"], ["context window of 128"]),
+    (["generate", "hi " * 600], ["context window of 128", "shorten the prompt"]),
     (["generate", "--model", "/no/such/model", "hi"], ["'/no/such/model'", "Built-in models"]),
     (["generate", "--draft", "/no/such/model", "hi"], ["'/no/such/model'"]),
     (["generate", "--model", "", "hi"], ["model name is empty"]),  # it loaded the current folder
@@ -266,7 +266,7 @@ BAD_COMMAND_LINES = [
     (["chat", "--top-p", "2"], ["top_p=2.0"]),
     # the other commands' flags
     (["memory", "--model", "shakespeare", "--context", "0"], ["--context", ">= 1"]),
-    (["memory", "--model", "shakespeare", "--context", "99999999"], ["context window of 512"]),
+    (["memory", "--model", "shakespeare", "--context", "99999999"], ["context window of 128"]),
     (["memory", "--model", "shakespeare", "--bandwidth", "nan"], ["--bandwidth", "finite"]),
     (["memory", "--model", "shakespeare", "--batch", "0"], ["--batch"]),
     (["memory", "--params", "nan", "--layers", "1", "--kv-heads", "1", "--head-dim", "1"], ["--params"]),
@@ -373,7 +373,7 @@ def test_process_with_undecodable_argv_bytes_prints_one_line():
 
 
 def test_process_interrupted_by_ctrl_c_exits_130():
-    process = subprocess.Popen([sys.executable, "-m", "tinyinfer", "generate", "--max-tokens", "500",
+    process = subprocess.Popen([sys.executable, "-m", "tinyinfer", "generate", "-n", "50", "--max-tokens", "100",
                                 "--ignore-eos", "ROMEO:"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
     process.stdout.read(1)  # generation has started
     process.send_signal(signal.SIGINT)

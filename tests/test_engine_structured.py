@@ -119,12 +119,12 @@ def test_shared_grammar_states_and_ignore_eos_are_refused_and_queue_nothing(mode
     make = maker(model, PERSON)
     shared = make()
     for call, words in [
-        (lambda: llm.add_request("ROMEO:", SamplingParams(n=2), constraint=shared), "pass a function"),
-        (lambda: llm.generate(["ROMEO:", "JULIET:"], SamplingParams(), constraint=shared), "several prompts"),
-        (lambda: llm.generate(["ROMEO:", "JULIET:"], SamplingParams(), constraint=[shared, shared]), "several prompts"),
-        (lambda: llm.generate(["ROMEO:", "JULIET:"], SamplingParams(), constraint=[make]), "1 constraints for 2"),
-        (lambda: llm.add_request("ROMEO:", SamplingParams(ignore_eos=True), constraint=make), "drop ignore_eos"),
-        (lambda: llm.add_request("ROMEO:", SamplingParams(), constraint="{}"), "not a constraint"),
+        (lambda: llm.add_request("ROMEO:", SamplingParams(n=2, max_tokens=16), constraint=shared), "pass a function"),
+        (lambda: llm.generate(["ROMEO:", "JULIET:"], SamplingParams(max_tokens=16), constraint=shared), "several prompts"),
+        (lambda: llm.generate(["ROMEO:", "JULIET:"], SamplingParams(max_tokens=16), constraint=[shared, shared]), "several prompts"),
+        (lambda: llm.generate(["ROMEO:", "JULIET:"], SamplingParams(max_tokens=16), constraint=[make]), "1 constraints for 2"),
+        (lambda: llm.add_request("ROMEO:", SamplingParams(ignore_eos=True, max_tokens=16), constraint=make), "drop ignore_eos"),
+        (lambda: llm.add_request("ROMEO:", SamplingParams(max_tokens=16), constraint="{}"), "not a constraint"),
     ]:
         with pytest.raises(TinyInferError, match=words):
             call()
@@ -173,14 +173,14 @@ def test_json_object_and_the_guided_fields(server, model):
         ("/v1/completions", "ROMEO:", "guided_choice", "choice", ["yea", "nay", "perchance"], 0.7),
     ]:
         value = {"type": "json_object"} if field == "response_format" else spec
-        request = {"max_tokens": 100, "temperature": temperature, "seed": 3, field: value,
+        request = {"max_tokens": 90, "temperature": temperature, "seed": 3, field: value,  # 20 + 90 fit the pool
                    **({"messages": MESSAGES} if path.endswith("chat/completions") else {"prompt": prompt})}
         status, body = post(server, path, request)
         assert status == 200, body
         [choice] = body["choices"]
         text = choice["message"]["content"] if "message" in choice else choice["text"]
         expected = engine_text(model, prompt, lambda k=kind, s=spec: build_constraint(k, s, tokenizer, ends),
-                               max_tokens=100, temperature=temperature, seed=3)
+                               max_tokens=90, temperature=temperature, seed=3)
         assert [text] == expected and choice["finish_reason"] == "stop"
         if kind == "json":
             assert isinstance(json.loads(text), dict)

@@ -4,6 +4,7 @@ window it was trained on (128 tokens), which its config now advertises."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import re
@@ -115,6 +116,31 @@ def test_the_real_model_perplexity_equals_transformers_within_a_thousandth():
     assert figures["perplexity"] == pytest.approx(math.exp(total / count), rel=1e-3)
     print(f"SmolLM2-135M-Instruct Q4_1 on tinystories_sample (first {n} tokens, ctx {ctx}, stride {stride}): "
           f"tinyinfer {figures['perplexity']:.4f}, transformers {math.exp(total / count):.4f}")
+
+
+@pytest.fixture(scope="module")
+def held_out_shakespeare(tmp_path_factory) -> Path:
+    """The last 10% of tinyshakespeare: the characters the built-in models were not trained on."""
+    text = shared_data("corpora/tinyshakespeare.txt").read_text(encoding="utf-8")
+    path = tmp_path_factory.mktemp("held-out") / "tinyshakespeare-val.txt"
+    path.write_text(text[int(len(text) * 0.9):], encoding="utf-8")
+    return path
+
+
+def test_shakespeare_is_best_at_the_window_it_was_trained_on(held_out_shakespeare):
+    model = tinyinfer.load("shakespeare")
+    assert model.config.max_seq_len == 128
+    trained = cli_figures("--model", "shakespeare", held_out_shakespeare, "--max-tokens", 3000)
+    assert (trained["ctx"], trained["stride"]) == (128, 64)  # the defaults: the context window and half of it
+    ids = model.tokenizer.encode(held_out_shakespeare.read_text(encoding="utf-8"))[:3000]
+    assert perplexity(model, ids, 128, 64).perplexity == pytest.approx(trained["perplexity"], rel=1e-4)
+    # beyond the advertised window (the model's config stretched to allow it), the loss rises
+    model.config = dataclasses.replace(model.config, max_seq_len=512)
+    for ctx in (256, 512):
+        assert perplexity(model, ids, ctx, ctx // 2).perplexity > trained["perplexity"] * 1.03
+    done = cli("--model", "shakespeare", held_out_shakespeare, "--ctx-size", 512)
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr == "error: a window of 512 tokens exceeds the model's context window of 128 tokens: lower --ctx-size\n"
 
 
 def test_bad_input_is_one_line(tmp_path):

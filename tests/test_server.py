@@ -28,7 +28,7 @@ from tinyinfer.engine.server import Server
 from tinyinfer.errors import TinyInferError
 from tinyinfer.sampling import SamplingParams
 
-N_BLOCKS = 28  # 448 tokens of 16: less than the 512-token context, so a request can fit one and not the other
+N_BLOCKS = 7  # 112 tokens of 16: less than the 128-token context, so a request can fit one and not the other
 
 
 @pytest.fixture(scope="module")
@@ -224,10 +224,10 @@ def test_concurrent_clients_are_batched_and_get_their_solo_outputs(server, model
 def test_a_client_that_disconnects_mid_stream_is_aborted_and_its_blocks_freed(server):
     llm = server.engine.llm
     wait_idle(server)
-    generated_before, max_tokens = llm.generated_tokens, 400
+    generated_before, max_tokens, n = llm.generated_tokens, 100, 4
     host, port = server.server_address[:2]
     connection = http.client.HTTPConnection(host, port, timeout=60)
-    connection.request("POST", "/v1/completions", json.dumps({"prompt": "ROMEO:", "max_tokens": max_tokens,
+    connection.request("POST", "/v1/completions", json.dumps({"prompt": "ROMEO:", "max_tokens": max_tokens, "n": n,
                                                              "ignore_eos": True, "stream": True}))
     response = connection.getresponse()
     assert response.readline().startswith(b"data: ")  # the first chunk came: the request is running
@@ -235,7 +235,7 @@ def test_a_client_that_disconnects_mid_stream_is_aborted_and_its_blocks_freed(se
     connection.close()  # the client goes away mid-stream
     wait_idle(server)
     assert not llm.has_unfinished() and not server.engine.routes
-    assert llm.generated_tokens - generated_before < max_tokens  # stopped early: aborted, not run to the end
+    assert llm.generated_tokens - generated_before < n * max_tokens  # stopped early: aborted, not run to the end
     assert llm.scheduler.allocator.num_free == N_BLOCKS  # every block back in the pool
 
 
@@ -243,8 +243,8 @@ def test_a_client_that_leaves_before_a_whole_answer_is_aborted_too(server):
     """Without a stream nothing is written until the end: the handler watches the socket while it waits."""
     llm = server.engine.llm
     wait_idle(server)
-    generated_before, total = llm.generated_tokens, 4 * 300
-    body = json.dumps({"prompt": "JULIET:", "max_tokens": 300, "n": 4, "ignore_eos": True}).encode()
+    generated_before, total = llm.generated_tokens, 4 * 100
+    body = json.dumps({"prompt": "JULIET:", "max_tokens": 100, "n": 4, "ignore_eos": True}).encode()
     client = socket.create_connection(server.server_address[:2])
     client.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
     deadline = time.monotonic() + 20
@@ -256,7 +256,7 @@ def test_a_client_that_leaves_before_a_whole_answer_is_aborted_too(server):
     assert llm.scheduler.allocator.num_free == N_BLOCKS
 
 
-TOO_LONG = list(range(10, 600))  # 590 token ids: more than the 512-token context window
+TOO_LONG = list(range(10, 600))  # 590 token ids: more than the 128-token context window
 
 
 @pytest.mark.parametrize("path, body, status, param, words", [
@@ -271,7 +271,7 @@ TOO_LONG = list(range(10, 600))  # 590 token ids: more than the 512-token contex
     ("/v1/completions", {"prompt": "ROMEO:", "n": 10**9}, 400, "n", "more samples than the engine runs at once"),
     ("/v1/completions", {"prompt": "ROMEO:", "stream": "yes"}, 400, "stream", "true or false"),
     ("/v1/completions", {"prompt": TOO_LONG, "max_tokens": 5}, 400, None, "context window"),
-    ("/v1/completions", {"prompt": "ROMEO:", "max_tokens": 480}, 400, None, "KV blocks"),  # fits 512, not the pool
+    ("/v1/completions", {"prompt": "ROMEO:", "max_tokens": 115}, 400, None, "KV blocks"),  # fits 128, not the pool
     ("/v1/completions", {"prompt": "ROMEO:", "logit_bias": {"4096": 1}}, 400, None, "outside the vocabulary"),
     ("/v1/completions", {"max_tokens": 5}, 400, "prompt", "missing"),
     ("/v1/completions", {"prompt": "ROMEO:", "model": "gpt-4"}, 404, "model", "not served here"),

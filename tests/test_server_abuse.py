@@ -246,7 +246,7 @@ def test_a_client_that_half_closes_still_gets_its_answer(server, model):
 
 def test_a_full_queue_is_a_503_to_retry(model):
     with serving(LLM(model, max_num_seqs=1), limits=Limits(max_queued=0)) as server:
-        long = {"prompt": "ROMEO:", "max_tokens": 200, "ignore_eos": True, "stream": True}
+        long = {"prompt": "ROMEO:", "max_tokens": 120, "ignore_eos": True, "stream": True}
         connection = http.client.HTTPConnection(*server.server_address, timeout=60)
         connection.request("POST", "/v1/completions", json.dumps(long))
         response = connection.getresponse()
@@ -348,7 +348,7 @@ def test_a_huge_prompt_is_refused_before_the_tokenizer_runs(server, model, monke
     monkeypatch.setattr(model.tokenizer, "encode", no_tokenizing)
     status, body, _ = post(server, "/v1/completions", {**SMALL, "prompt": "ROMEO " * 500_000})
     assert status == 400 and body["error"]["param"] == "prompt"
-    assert_openai_error(body, "more than the 512 tokens")
+    assert_openai_error(body, "more than the 128 tokens")
     status, body, _ = post(server, "/v1/chat/completions",
                            {"messages": [{"role": "user", "content": "x" * 3_000_000}], "max_tokens": 2})
     assert status == 400 and body["error"]["param"] == "messages"

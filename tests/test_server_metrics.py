@@ -73,12 +73,12 @@ def test_metrics_count_what_the_requests_got_and_the_engine_did(model):
 def test_the_gauges_show_a_request_in_flight_and_its_abort(model):
     with serving(LLM(model), model_name="shakespeare") as server:
         connection = http.client.HTTPConnection(*server.server_address, timeout=60)
-        connection.request("POST", "/v1/completions", json.dumps({"prompt": "ROMEO:", "max_tokens": 400,
+        connection.request("POST", "/v1/completions", json.dumps({"prompt": "ROMEO:", "max_tokens": 100, "n": 4,
                                                                  "ignore_eos": True, "stream": True}))
         response = connection.getresponse()
         response.readline()  # running
         during = scrape(server)
-        assert during["tinyinfer:num_requests_running"] == 1 and during["tinyinfer:kv_cache_usage_perc"] > 0
+        assert during["tinyinfer:num_requests_running"] == 4 and during["tinyinfer:kv_cache_usage_perc"] > 0  # its n samples
         connection.close()  # the client leaves: aborted
         deadline = threading.Event()
         while scrape(server)["tinyinfer:kv_cache_usage_perc"] > 0 and not deadline.wait(0.05):

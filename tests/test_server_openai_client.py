@@ -73,7 +73,7 @@ def test_a_streamed_chat_equals_the_whole_reply_and_generate(client, model):
 def test_a_named_tool_call_is_parsed_by_the_client(client):
     reply = client.chat.completions.create(
         model="shakespeare", messages=[{"role": "user", "content": "The weather?"}], tools=[WEATHER_TOOL],
-        tool_choice={"type": "function", "function": {"name": "get_weather"}}, max_tokens=120, temperature=0.7, seed=1)
+        tool_choice={"type": "function", "function": {"name": "get_weather"}}, max_tokens=100, temperature=0.7, seed=1)
     call, = reply.choices[0].message.tool_calls
     assert call.type == "function" and call.function.name == "get_weather"
     jsonschema.validate(json.loads(call.function.arguments), WEATHER_TOOL["function"]["parameters"])
@@ -83,7 +83,7 @@ def test_a_named_tool_call_is_parsed_by_the_client(client):
 def test_a_streamed_tool_call_joins_to_the_whole_one(client):
     """Streamed, the call arrives as OpenAI streams one: its id and name first, then its arguments in pieces."""
     ask = dict(model="shakespeare", messages=[{"role": "user", "content": "The weather?"}], tools=[WEATHER_TOOL],
-               tool_choice="required", max_tokens=120, temperature=0.7, seed=2)
+               tool_choice="required", max_tokens=100, temperature=0.7, seed=2)
     whole, = client.chat.completions.create(**ask).choices[0].message.tool_calls
     pieces = [call for chunk in client.chat.completions.create(**ask, stream=True) if chunk.choices
               for call in chunk.choices[0].delta.tool_calls or []]
@@ -94,7 +94,7 @@ def test_a_streamed_tool_call_joins_to_the_whole_one(client):
 
 def test_a_json_schema_reply_validates(client):
     reply = client.chat.completions.create(
-        model="shakespeare", messages=[{"role": "user", "content": "Your verdict"}], max_tokens=120,
+        model="shakespeare", messages=[{"role": "user", "content": "Your verdict"}], max_tokens=100,
         response_format={"type": "json_schema", "json_schema": {"name": "verdict", "schema": VERDICT_SCHEMA}})
     jsonschema.validate(json.loads(reply.choices[0].message.content), VERDICT_SCHEMA)
 

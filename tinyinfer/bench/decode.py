@@ -48,7 +48,7 @@ RANDOM_SHAPES = {  # name -> (transformers config class, its arguments)
 def add_arguments(parser) -> None:
     parser.add_argument("--model", help="model folder, llama2.c file, built-in name or repo id (default: built-in)")
     parser.add_argument("--random", choices=sorted(RANDOM_SHAPES), help="build a random-weight checkpoint of this shape")
-    parser.add_argument("--prompt-tokens", type=at_least(1), default=128, help="prompt length for the prefill measurement")
+    parser.add_argument("--prompt-tokens", type=at_least(1), default=64, help="prompt length for the prefill measurement")
     parser.add_argument("--tokens", type=at_least(1), default=64, help="decode steps to time")
     parser.add_argument("--threads", type=at_least(1), default=os.cpu_count(), help="threads for PyTorch (NumPy uses OpenBLAS's)")
     parser.add_argument("--rounds", type=at_least(1), default=5, help="alternating timing rounds; the best of each runtime counts")

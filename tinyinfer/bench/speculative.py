@@ -34,10 +34,7 @@ from tinyinfer.errors import TinyInferError
 from tinyinfer.model import SeqChunk
 from tinyinfer.speculative import PromptLookup
 
-PASSAGE = ("But, soft! what light through yonder window breaks? It is the east, and Juliet is the sun. Arise, "
-           "fair sun, and kill the envious moon, who is already sick and pale with grief, that thou her maid art "
-           "far more fair than she: be not her maid, since she is envious; her vestal livery is but sick and "
-           "green and none but fools do wear it; cast it off.")
+PASSAGE = "But, soft! what light through yonder window breaks? It is the east, and Juliet is the sun."  # fits 128 tokens
 
 
 def add_arguments(parser) -> None:
@@ -49,7 +46,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--prompt-lookup-max", type=at_least(1), default=3, help="ngram: the longest suffix looked up")
     parser.add_argument("--task", choices=["continue", "repeat"], default="continue",
                         help="continue: the prompt as given; repeat: a passage, then a request to repeat it")
-    parser.add_argument("--tokens", type=at_least(1), default=200, help="tokens to generate per run")
+    parser.add_argument("--tokens", type=at_least(1), default=64, help="tokens to generate per run")
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--prompt", default="ROMEO:", help="prompt text (--task continue)")
     parser.add_argument("--rounds", type=at_least(1), default=3, help="runs of each setting, in turns; the fastest is kept")

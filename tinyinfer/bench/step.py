@@ -26,8 +26,8 @@ next to `model.generate` of one such sequence, whose time per output token is a 
 their ratio is the most continuous batching gains over sequential generation here in the steady state;
 a served workload also pays the same prefills in both modes and ends on a tail of small batches.
 
-    python -m tinyinfer bench step                      # the built-in model: 32 sequences of 128 tokens
-    python -m tinyinfer bench step --concurrency 8 --context 256
+    python -m tinyinfer bench step                      # the built-in model: 32 sequences of 48 tokens
+    python -m tinyinfer bench step --model M --concurrency 8 --context 256
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def add_arguments(parser) -> None:
                         "(default: the built-in model)")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--concurrency", type=at_least(2), default=32, help="sequences decoding together")
-    parser.add_argument("--context", type=at_least(1), default=128, help="prompt tokens of each sequence")
+    parser.add_argument("--context", type=at_least(1), default=48, help="prompt tokens of each sequence")
     parser.add_argument("--repeats", type=at_least(1), default=20, help="runs of each part; the fastest is kept")
     parser.add_argument("--temperature", type=float, default=0.8)
     parser.add_argument("--seed", type=at_least(0), default=0)
