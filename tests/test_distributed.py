@@ -22,6 +22,8 @@ import re
 import shutil
 import subprocess
 import sys
+import sysconfig
+import time
 from functools import cache
 from pathlib import Path
 
@@ -29,9 +31,14 @@ import numpy as np
 import pytest
 
 import tinyinfer
-from tinyinfer.distributed import CommunicationError, SingleProcess, ring_all_reduce_bytes, run_ranks
 from tinyinfer.distribute import distribute
+from tinyinfer.distributed import CommunicationError, SingleProcess, ring_all_reduce_bytes, run_ranks
+from tinyinfer.engine import LLM
+from tinyinfer.engine.disaggregated import DECODE_RANK, PREFILL_RANK, decode_worker, prefill_worker, prefix_blocks
+from tinyinfer.engine.ranks import engine_on_ranks
 from tinyinfer.errors import TinyInferError
+from tinyinfer.quantize import quantize_model
+from tinyinfer.sampling import SamplingParams
 
 from mpi_program import MAX_TOKENS, OPS, PROMPT, float64, single_process_engine_tokens
 from test_moe_parity import moe_checkpoint  # noqa: F401 - a fixture
@@ -45,26 +52,32 @@ MPI_TIMEOUT_S = 60  # a run past this is a hang: the test fails, it never waits 
 
 @cache
 def mpirun_command() -> list[str] | None:
-    """`mpirun -n 2` with the flags this MPI needs to start 2 processes here, or None (with the reason kept in
-    `mpi_unavailable`) when it cannot."""
-    launcher = shutil.which("mpirun") or shutil.which("mpiexec")
+    """`mpirun` with the flags this MPI needs to start 2 processes here, or None when it cannot."""
+    launcher = find_mpirun()
     if launcher is None:
         return None
-    for flags in ([], ["--oversubscribe"]):  # Open MPI refuses more ranks than cores without it
-        command = [launcher, *flags, "-n", "2"]
-        probe = subprocess.run([*command, sys.executable, "-c", "from mpi4py import MPI; print(MPI.COMM_WORLD.size)"],
+    for flags in ([], ["--oversubscribe"], ["--oversubscribe", "--allow-run-as-root"]):  # Open MPI's, where needed
+        command = [launcher, *flags]
+        probe = subprocess.run([*command, "-n", "2", sys.executable, "-c",
+                                "from mpi4py import MPI; print(MPI.COMM_WORLD.size)"],
                                capture_output=True, text=True, timeout=MPI_TIMEOUT_S)
         if probe.returncode == 0 and "".join(probe.stdout.split()) == "22":  # two ranks' lines, maybe interleaved
             return command
     return None
 
 
-def mpirun(*args, timeout: float = MPI_TIMEOUT_S, env: dict | None = None) -> subprocess.CompletedProcess:
+def find_mpirun() -> str | None:
+    """mpirun on the PATH, or beside this Python (the mpich wheel installs it there: a venv not activated)."""
+    path = os.pathsep.join([sysconfig.get_path("scripts"), os.path.dirname(sys.executable), os.environ.get("PATH", "")])
+    return shutil.which("mpirun", path=path) or shutil.which("mpiexec", path=path)
+
+
+def mpirun(*args, ranks: int = 2, timeout: float = MPI_TIMEOUT_S) -> subprocess.CompletedProcess:
     command = mpirun_command()
     if command is None:
         pytest.skip("MPI cannot start 2 processes here (no mpirun, or no mpi4py: pip install tinyinfer[mpi])")
-    return subprocess.run([*command, *map(str, args)], capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})})
+    return subprocess.run([*command, "-n", str(ranks), *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout)
 
 
 # -- the communicator -------------------------------------------------------------------------------------------
@@ -200,16 +213,23 @@ def tinyinfer_command(*args) -> list:
             "--temperature", "0", *args]
 
 
-@pytest.mark.parametrize("flags", [["--tensor-parallel-size", "2"], ["--pipeline-parallel-size", "2"]])
+CLI_SPLITS = {  # flags -> (ranks, the operations rank 0 reports)
+    "--tensor-parallel-size 2": (2, {"all_reduce", "all_gather"}),
+    "--pipeline-parallel-size 2": (2, {"send", "broadcast"}),
+    "--tensor-parallel-size 2 --pipeline-parallel-size 2": (4, {"all_reduce", "send", "broadcast"}),  # stage 0
+}
+
+
+@pytest.mark.parametrize("flags", CLI_SPLITS)
 def test_cli_under_mpirun_prints_what_one_process_prints(flags):
+    ranks, ops = CLI_SPLITS[flags]
     alone = subprocess.run(tinyinfer_command(), capture_output=True, text=True, timeout=MPI_TIMEOUT_S)
-    together = mpirun(*tinyinfer_command(*flags))
+    together = mpirun(*tinyinfer_command(*flags.split()), ranks=ranks)
     assert together.returncode == 0, together.stderr
     assert alone.stdout.strip() and together.stdout == alone.stdout  # rank 0's text only, once
     assert together.stderr.count("prompt tokens") == 1  # the statistics line: rank 0's only
     traffic = re.findall(r"(\w+): +\d+ calls +([\d,]+) B = .* = ([\d,]+) B$", together.stderr, re.MULTILINE)
-    assert {op for op, _, _ in traffic} == ({"all_reduce", "all_gather"} if "--tensor-parallel-size" in flags
-                                            else {"send", "broadcast"})
+    assert {op for op, _, _ in traffic} == ops
     for op, measured, formula in traffic:  # what rank 0 handed each operation, and the chapter's formula for it
         assert measured == formula, (op, together.stderr)
 
@@ -235,7 +255,64 @@ def test_parallel_sizes_without_mpirun_say_how_to_start():
     assert run.returncode == 1 and "start it with `mpirun -n 2 python -m tinyinfer ...`" in run.stderr
 
 
+# -- disaggregated prefill and decode ---------------------------------------------------------------------------
+
+def test_disaggregated_decode_rank_gives_the_combined_engines_tokens():
+    """Two thread ranks: the prefill rank's blocks reach the decode engine's prefix cache (every full block
+    before each prompt's last token), and every sample equals the combined engine's."""
+    model = tinyinfer.load("shakespeare")
+    prompts = [model.tokenizer.encode(text) for text in ("ROMEO:\n" * 9, "JULIET: O Romeo, Romeo! " * 4, "KING:")]
+    params = [SamplingParams(max_tokens=12, temperature=0.8, seed=i) for i in range(len(prompts))]
+    engine = dict(block_size=4, max_num_batched_tokens=16)
+    combined = [r.token_ids for r in LLM(model, **engine).generate(prompts, params)]
+
+    def rank(comm):
+        if comm.rank == PREFILL_RANK:
+            prefill_worker(comm, model, [(str(i), p, q, 0.0) for i, (p, q) in enumerate(zip(prompts, params))], 4,
+                           time.perf_counter())
+            return None
+        llm = LLM(model, **engine)
+        outputs = {int(out.request_id): out.token_ids for out in decode_worker(comm, llm)}
+        return [outputs[i] for i in range(len(prompts))], llm.scheduler.prompt_tokens_hit
+
+    tokens, hits = run_ranks(2, rank, timeout_s=60)[DECODE_RANK]
+    assert tokens == combined
+    assert hits == sum(prefix_blocks(len(p), 4) * 4 for p in prompts) > 0
+
+
+def test_bench_serve_disaggregated_under_mpirun():
+    run = mpirun(sys.executable, "-m", "tinyinfer", "bench", "serve", "--disaggregated", "--requests", "4", "--rate",
+                 "20", "--prompt-len", "60:90", "--output-len", "6:10", "--concurrency", "4", timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "same tokens in both: yes" in run.stdout and "TPOT p50" in run.stdout
+    assert re.search(r"decode rank: ([1-9]\d*)% of the prompt tokens came as KV blocks", run.stdout), run.stdout
+
+
 # -- the splits' rules, in one process --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("expert_parallel", [False, True])
+def test_tensor_and_pipeline_parallel_together_over_four_ranks(expert_parallel):
+    """Two stages of two tensor-parallel ranks each (ranks as threads): every rank's logits and the engine's
+    outputs of a mixed batch are the single process's."""
+    model = tinyinfer.load("shakespeare-moe")
+    ids = PROMPT * 2
+    engine_options = dict(max_num_batched_tokens=16, block_size=4)
+    prompts, params = ["ROMEO:", "JULIET: O Romeo, Romeo", "KING"], SamplingParams(max_tokens=8, temperature=0.8, seed=2)
+    alone = [r.token_ids for r in LLM(model, **engine_options).generate(prompts, params)]
+
+    def rank(comm):
+        part = distribute(model, comm, 2, 2, enable_expert_parallel=expert_parallel)
+        logits = part.logits(ids)
+        with engine_on_ranks(part, comm, **engine_options) as llm:
+            tokens = None if llm is None else [r.token_ids for r in llm.generate(prompts, params)]
+        return logits, tokens
+
+    ranks = run_ranks(4, rank, timeout_s=60)
+    whole = model.logits(ids)
+    for logits, _ in ranks:
+        np.testing.assert_allclose(logits, whole, rtol=0, atol=SPLIT_ULPS * EPS32 * float(np.abs(whole).max()))
+    assert ranks[0][1] == alone
+
 
 def test_what_cannot_be_split_is_a_clear_error():
     model = tinyinfer.load("shakespeare")  # 2 KV heads, 512 hidden units
@@ -243,10 +320,12 @@ def test_what_cannot_be_split_is_a_clear_error():
         run_ranks(4, lambda comm: distribute(model, comm, tensor_parallel_size=4), timeout_s=10)
     with pytest.raises(TinyInferError, match="needs a Mixture-of-Experts model"):
         run_ranks(2, lambda comm: distribute(model, comm, 2, enable_expert_parallel=True), timeout_s=10)
-    with pytest.raises(TinyInferError, match="together are not supported"):
-        run_ranks(4, lambda comm: distribute(model, comm, 2, 2), timeout_s=10)
     with pytest.raises(TinyInferError, match="needs 2 processes, but this job has 1"):
         distribute(model, SingleProcess(), tensor_parallel_size=2)
+    quantised = tinyinfer.load("shakespeare")
+    quantize_model(quantised, "int8")
+    with pytest.raises(TinyInferError, match="splits plain weight arrays"):
+        run_ranks(2, lambda comm: distribute(quantised, comm, tensor_parallel_size=2), timeout_s=10)
 
 
 def test_ring_all_reduce_sends_twice_n_minus_one_over_n():

@@ -131,6 +131,17 @@ class Communicator:
         """The array rank `source` sends; the receiver knows its shape and dtype (SPMD: it runs the same step)."""
         return self._recv(tuple(shape), np.dtype(dtype), source)
 
+    def send_object(self, obj, dest: int) -> None:
+        """Send a picklable Python object to rank `dest` (its size first, then its bytes)."""
+        data = np.frombuffer(pickle.dumps(obj), dtype=np.uint8)
+        self.send(np.array([data.size], dtype=np.int64), dest)
+        self.send(data, dest)
+
+    def recv_object(self, source: int):
+        """The Python object rank `source` sends with send_object."""
+        n = int(self.recv((1,), np.int64, source)[0])
+        return pickle.loads(np.asarray(self.recv((n,), np.uint8, source)).tobytes())
+
     def all_to_all(self, parts: list):
         """parts[j] (any number of rows, the same trailing shape and dtype on every rank) goes to rank j;
         returns the `size` arrays the ranks sent to this one, in rank order."""
@@ -138,6 +149,14 @@ class Communicator:
             raise ValueError(f"all_to_all needs one part per rank ({self.size}), got {len(parts)}")
         self.stats.add("all_to_all", sum(p.nbytes for j, p in enumerate(parts) if j != self.rank))
         return self._all_to_all(parts)
+
+    def split(self, color: int, key: int) -> Communicator:
+        """The ranks that give the same `color`, numbered in the order of their `key`s: a communicator of their
+        own (a pipeline stage's tensor-parallel group, say). Every rank must call it. It counts into the same
+        `stats` as this one."""
+        group = self._split(color, key)
+        group.stats, group.timeout_s = self.stats, self.timeout_s
+        return group
 
     def barrier(self) -> None:
         self._all_reduce(np.zeros(1, dtype=np.int64))
@@ -169,6 +188,9 @@ class Communicator:
     def _all_to_all(self, parts):
         raise NotImplementedError
 
+    def _split(self, color, key):
+        raise TinyInferError(f"the {self.name} communicator cannot be split into groups: use MPI")
+
 
 class SingleProcess(Communicator):
     """One rank: every collective is the identity, and there is nobody to send to."""
@@ -186,6 +208,9 @@ class SingleProcess(Communicator):
 
     def _all_to_all(self, parts):
         return list(parts)
+
+    def _split(self, color, key):
+        return SingleProcess()
 
     def _send(self, *args):
         raise TinyInferError("a single process has no other rank to send to or receive from")
