@@ -4,6 +4,7 @@
     python -m tinyinfer course start ~/my-course --chapter 3      # or --only 3.1 3.2; all when neither
     python -m tinyinfer course check 3.1 --workspace ~/my-course  # ids or chapters; the stubbed ones by default
     python -m tinyinfer course verify                             # reference passes, every stub is caught
+    python -m tinyinfer course prerequisites                      # measure what each exercise needs, store it
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from pathlib import Path
 
 from tinyinfer.commands import at_least
 from tinyinfer.course.exercises import chapter_file, find_exercises, select_exercises, split_selection
-from tinyinfer.course.grading import grade_workspace
-from tinyinfer.course.verify import table, verify_exercises
+from tinyinfer.course.grading import grade_alone
+from tinyinfer.course.exercises import PREREQUISITES
+from tinyinfer.course.verify import prerequisites, reference_checks, table, verify_exercises, write_prerequisites
 from tinyinfer.course.workspace import project_root, read_state, start_workspace
 from tinyinfer.errors import TinyInferError
 
@@ -38,6 +40,9 @@ def add_arguments(parser) -> None:
     verify = sub.add_parser("verify", help="prove the grading: the reference passes, each stubbed exercise fails")
     verify.add_argument("--jobs", type=at_least(1), default=2, help="stubbed workspaces graded at once (default 2)")
     verify.set_defaults(run=run_verify)
+
+    prerequisites = sub.add_parser("prerequisites", help="measure which exercises each exercise's tests run, and store it")
+    prerequisites.set_defaults(run=run_prerequisites)
 
 
 def run(args) -> int:  # replaced by the chosen action's run through set_defaults
@@ -68,7 +73,7 @@ def run_check(args) -> int:
     if not args.ids:  # what was stubbed at start, or everything when nothing was
         ids = read_state(args.workspace)["stubbed"] or [e.id for e in exercises]
     chosen = select_exercises(exercises, ids, chapters)
-    grade = grade_workspace(args.workspace, chosen, echo=not args.quiet)
+    grade = grade_alone(args.workspace, chosen, project_root(), echo=not args.quiet)
     print(grade.table())
     return 0 if grade.all_passed else 1
 
@@ -84,3 +89,14 @@ def run_verify(args) -> int:
     for problem in problems:
         print(f"problem: {problem}")
     return 1 if problems else 0
+
+
+def run_prerequisites(args) -> int:
+    with tempfile.TemporaryDirectory(prefix="tinyinfer-prerequisites-") as workdir:
+        checks = reference_checks(project_root(), Path(workdir))
+    failing = [c.reference.exercise.id for c in checks if not c.reference.passed]
+    if failing:
+        raise TinyInferError(f"the reference of exercise(s) {', '.join(failing)} fails its tests: fix that before measuring prerequisites")
+    write_prerequisites(prerequisites(checks))
+    print(f"wrote the prerequisites of {len(checks)} exercises to {PREREQUISITES}")
+    return 0
