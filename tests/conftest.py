@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from tinyinfer import backend
+
 # The `exercise` marker's plumbing: `pytest --exercise 3.1`, and the outcome report for `course check`.
 from tinyinfer.course.pytest_plugin import pytest_addoption, pytest_collection_modifyitems, pytest_configure  # noqa: F401
 
@@ -22,3 +24,20 @@ def shared_data(relative: str) -> Path:
     if not path.exists():
         pytest.skip(f"real test data {path} is absent (it lives in ../shared/data/ beside the project)")
     return path
+
+
+# The GPU tests (marked `gpu`) run on CuPy where a GPU is present, and on the strict CuPy stand-in everywhere else
+# (tests/strict_cupy.py): the same tests, selected by `device="cuda"` as a user selects CUDA.
+REAL_GPU = backend.cuda_available()
+
+
+@pytest.fixture(autouse=True)
+def _cuda_for_gpu_tests(request):
+    if request.node.get_closest_marker("gpu") is None or REAL_GPU:
+        yield
+        return
+    import strict_cupy  # noqa: PLC0415 - only the GPU tests need it
+
+    strict_cupy.transfers.reset()
+    with backend.cuda_module(strict_cupy):
+        yield

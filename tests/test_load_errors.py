@@ -148,9 +148,9 @@ WRONG_VALUES = ["x", -1, 0, None, 1.5, [], {}, True, 10**12, float("nan")]
 
 
 def test_the_config_sweep_covers_every_supported_family():
-    from tinyinfer.config import HF_CONFIG_READERS  # noqa: PLC0415
+    from tinyinfer.families import FAMILIES  # noqa: PLC0415
 
-    assert set(CONFIG_CLASSES) == set(HF_CONFIG_READERS)
+    assert set(CONFIG_CLASSES) == set(FAMILIES)
 
 
 @pytest.mark.parametrize("model_type", CONFIG_CLASSES)
@@ -160,7 +160,7 @@ def test_any_field_with_a_wrong_value_or_left_out_is_read_or_refused_by_name(mod
     TypeError deep in a reader, a division by a zero step, or a MemoryError from a trillion layers)."""
     import transformers  # noqa: PLC0415
 
-    from tinyinfer.config import config_from_hf  # noqa: PLC0415
+    from tinyinfer.families import config_from_hf  # noqa: PLC0415
 
     fields = {**tiny_models.TINY_CONFIG, **CONFIG_FIELDS.get(model_type, {})}
     base = {**getattr(transformers, CONFIG_CLASSES[model_type])(**fields).to_dict(), "model_type": model_type}

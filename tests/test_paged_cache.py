@@ -7,7 +7,7 @@ import pytest
 from engine_helpers import stories  # noqa: F401 - a fixture
 
 from tinyinfer.attention import attention, causal_mask, decode_attention, decode_mask
-from tinyinfer.engine.block_manager import BlockAllocator, block_hash, prefix_hashes
+from tinyinfer.engine.block_manager import BlockAllocator, block_hash, prefix_hashes, prefix_root
 from tinyinfer.engine.paged_cache import PagedKVCache
 from tinyinfer.errors import TinyInferError
 from tinyinfer.kv_cache import ContiguousKVCache
@@ -35,6 +35,30 @@ def test_prefix_hashes_name_the_whole_prefix():
     assert ha[0] == hc[0] and ha[1] != hc[1]
 
 
+def test_block_names_are_sha256_of_the_token_bytes_chained_with_the_root():
+    """The names are SHA-256 digests (hashlib), not Python's hash: the two 16-token blocks that collided under
+    hash((None, tuple(ids))) have different names; the adapter and the cache salt change every name."""
+    import hashlib
+    import struct
+
+    first = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1442, 1770, 1764, 259, 670, 63]
+    second = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1485, 1008, 1478, 431, 355, 190]
+    assert block_hash(None, first) == hashlib.sha256(b"\x00" + struct.pack("<16q", *first)).digest()
+    assert block_hash(None, first) != block_hash(None, second)
+    roots = [None, prefix_root("shout"), prefix_root(None, "tenant-a"), prefix_root(None, "tenant-b"),
+             prefix_root("shout", "tenant-a")]
+    assert len({prefix_hashes(first, 16, root)[0] for root in roots}) == len(roots)
+
+
+def test_a_name_collision_is_a_miss_because_token_ids_are_compared():
+    alloc = BlockAllocator(2)
+    block = alloc.allocate()
+    alloc.register(block, b"same name", [1, 2])
+    assert alloc.find(b"same name", [1, 2]) == block
+    assert alloc.find(b"same name", [3, 4]) is None and alloc.lookup(b"same name", [3, 4]) is None
+    assert alloc.refcount[block] == 1  # the miss took nothing
+
+
 # -- the allocator ----------------------------------------------------------------------------------------------
 
 
@@ -58,13 +82,13 @@ def test_lookup_shares_a_held_block_and_revives_a_freed_one():
     alloc = BlockAllocator(4)
     block = alloc.allocate()
     name = block_hash(None, [7, 7])
-    alloc.register(block, name)
-    assert alloc.lookup(name) == block and alloc.refcount[block] == 2  # shared by two sequences
+    alloc.register(block, name, [7, 7])
+    assert alloc.lookup(name, [7, 7]) == block and alloc.refcount[block] == 2  # shared by two sequences
     alloc.free([block, block])
     assert alloc.num_free == 4 and alloc.is_free_cached(name)  # freed, but its contents are still cached
-    assert alloc.lookup(name) == block  # a hit takes it off the free list again
+    assert alloc.lookup(name, [7, 7]) == block  # a hit takes it off the free list again
     assert alloc.refcount[block] == 1 and alloc.num_free == 3
-    assert alloc.lookup(block_hash(None, [8, 8])) is None
+    assert alloc.lookup(block_hash(None, [8, 8]), [8, 8]) is None
 
 
 @pytest.mark.exercise("9.2")
@@ -73,13 +97,13 @@ def test_eviction_is_least_recently_freed_and_spares_cached_blocks_while_others_
     a, b, c = (alloc.allocate() for _ in range(3))
     names = {block: block_hash(None, [block]) for block in (a, b, c)}
     for block, name in names.items():
-        alloc.register(block, name)
+        alloc.register(block, name, [block])
     alloc.free([a])
     alloc.free([c])
     alloc.free([b])  # release order a, c, b: a is the least recently used
     assert alloc.allocate() == a and not alloc.is_free_cached(names[a])  # evicted: its name is forgotten
-    assert alloc.lookup(names[a]) is None
-    assert alloc.lookup(names[b]) == b  # the recent ones are still there
+    assert alloc.lookup(names[a], [a]) is None
+    assert alloc.lookup(names[b], [b]) == b  # the recent ones are still there
     assert alloc.allocate() == c
 
 

@@ -19,7 +19,6 @@ import pytest
 import torch
 
 import tinyinfer
-from tinyinfer.backend import cuda_available
 from tinyinfer.cli import main
 from tinyinfer.errors import TinyInferError
 from tinyinfer.memory import quantized_bytes_per_weight
@@ -307,7 +306,7 @@ def test_generate_quantize_flag(capsys):
     assert err == "error: unknown quantisation scheme 'int3': use one of int8, int4"
 
 
-@pytest.mark.skipif(not cuda_available(), reason="needs CuPy and an NVIDIA GPU")
+@pytest.mark.gpu
 @pytest.mark.parametrize("scheme", ["int8", "int4"])
 def test_quantised_on_gpu_matches_cpu(scheme):
     ids = tinyinfer.load("shakespeare").tokenizer.encode("ROMEO:\nWhat light through yonder window breaks?")

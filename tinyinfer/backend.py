@@ -9,6 +9,8 @@ needs no GPU package installed.
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
 from tinyinfer.errors import TinyInferError
@@ -25,7 +27,24 @@ def get_xp(device: str = "cpu"):
     raise TinyInferError(f"unknown device {device!r}: use one of {', '.join(DEVICES)}")
 
 
+_cuda_standin = None  # a module with CuPy's surface that tests put in CuPy's place (tests/strict_cupy.py)
+
+
+@contextlib.contextmanager
+def cuda_module(module):
+    """Run device "cuda" on `module` instead of CuPy while the block runs: how the tests put their strict CuPy
+    stand-in behind `device="cuda"` on a machine without a GPU (the code under test cannot tell)."""
+    global _cuda_standin
+    previous, _cuda_standin = _cuda_standin, module
+    try:
+        yield module
+    finally:
+        _cuda_standin = previous
+
+
 def _cupy():
+    if _cuda_standin is not None:
+        return _cuda_standin
     try:
         import cupy  # noqa: PLC0415 - the one place CuPy is imported
     except ImportError as e:

@@ -15,12 +15,12 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from tinyinfer.config import Config, load_hf_config, read_json
+from tinyinfer.config import Config, read_json
 from tinyinfer.errors import TinyInferError
+from tinyinfer.families import load_hf_config, load_params, untie_if_the_file_disagrees
 from tinyinfer.kv_quant import check_kv_cache_dtype
 from tinyinfer.model import Model
 from tinyinfer.safetensors_io import Checkpoint
-from tinyinfer.weights import load_params, untie_if_the_file_disagrees
 
 DTYPES = {None: np.float32, "float32": np.float32, "fp32": np.float32, "float16": np.float16, "fp16": np.float16}
 

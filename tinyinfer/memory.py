@@ -22,6 +22,7 @@ import time
 
 import numpy as np
 
+from tinyinfer.backend import synchronize
 from tinyinfer.config import Config
 from tinyinfer.mla import mla_param_count
 from tinyinfer.moe import moe_param_counts
@@ -79,13 +80,16 @@ def decode_bound_tokens_per_s(bytes_per_token: float, bandwidth_bytes_per_s: flo
     return bandwidth_bytes_per_s / bytes_per_token
 
 
-def measure_copy_bandwidth(n_bytes: int = 256 * 2**20, repeats: int = 5) -> float:
-    """Host memory bandwidth in bytes/s, from the best of a few large array copies (read + write counted)."""
-    src = np.ones(n_bytes // 4, dtype=np.float32)
-    dst = np.empty_like(src)
+def measure_copy_bandwidth(n_bytes: int = 256 * 2**20, repeats: int = 5, xp=np) -> float:
+    """Memory bandwidth in bytes/s, from the best of a few large array copies (read + write counted), in host
+    memory (xp = numpy) or in the GPU's (xp = cupy: its HBM, the bound of a decode step there)."""
+    src = xp.ones(n_bytes // 4, dtype=np.float32)
+    dst = xp.empty_like(src)
     best = float("inf")
     for _ in range(repeats):
+        synchronize(xp)
         start = time.perf_counter()
-        np.copyto(dst, src)
+        xp.copyto(dst, src)
+        synchronize(xp)  # a GPU copy returns before it has run
         best = min(best, time.perf_counter() - start)
     return 2 * src.nbytes / best

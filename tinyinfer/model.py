@@ -27,7 +27,7 @@ sequence's keys and values. The batched serving engine calls this same function.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -69,6 +69,14 @@ class AttentionPlan:
     first_rows: np.ndarray  # [n_chunks + 1]
     decode_groups: list[tuple]  # [(rows [B] on the device, the cache's DecodeSlots)]
     looped: list[int]  # indices of the other chunks
+    masks: dict = field(default_factory=dict)  # (chunk index, window) -> its causal mask on the device
+
+    def mask(self, j: int, chunk: SeqChunk, window: int | None, device: str):
+        """Chunk j's causal mask [n, end] for `window`: built on the host and copied to the device once per
+        pass, not once per layer (every layer with the same window attends under the same mask)."""
+        if (j, window) not in self.masks:
+            self.masks[j, window] = to_device(causal_mask(len(chunk.tokens), chunk.start, window), device)
+        return self.masks[j, window]
 
 
 class Model:
@@ -110,7 +118,18 @@ class Model:
         if self.adapters is not None:
             self.adapters.route(chunks, self.xp)  # which rows take which LoRA adapter, in every layer of this pass
         plan = self._plan_attention(chunks, cache)
-        for i, layer in enumerate(p["layers"]):
+        x = self.run_layers(x, range(cfg.n_layers), chunks, plan, (rope, local_rope), cache)  # [T, d]
+        if not all_logits:
+            last = np.cumsum([len(c.tokens) for c in chunks]) - 1
+            x = x[to_device(last, self.device)]  # [T, d] -> [n_chunks, d]: only what sampling needs
+        return self.output_logits(x)
+
+    def run_layers(self, x, layers: range, chunks: list[SeqChunk], plan: AttentionPlan, ropes: tuple, cache):
+        """x through the decoder layers numbered `layers` (all of them; a pipeline stage's share: tinyinfer/
+        pipeline.py). `ropes`: the (cos, sin) of the global and of the sliding layers.  [T, d] -> [T, d]"""
+        cfg, (rope, local_rope) = self.config, ropes
+        for i in layers:
+            layer = self.params["layers"][i]
             normed = apply_norm(x, layer["attn_norm"], cfg.norm, cfg.norm_eps) if cfg.pre_norms else x  # OLMo 2: x
             layer_rope = local_rope if cfg.layer_types[i] == "sliding_attention" else rope
             if i in cfg.nope_layers:  # SmolLM3: this layer sees no positions, only the causal order
@@ -122,11 +141,13 @@ class Model:
                 normed = apply_norm(h, layer["mlp_norm"], cfg.norm, cfg.norm_eps) if cfg.pre_norms else h
             h = self.feed_forward(i, layer, normed)  # [T, d]
             x = x + self._residual(h, layer, "post_mlp_norm")
-        if not all_logits:
-            last = np.cumsum([len(c.tokens) for c in chunks]) - 1
-            x = x[to_device(last, self.device)]  # [T, d] -> [n_chunks, d]: only what sampling needs
-        x = apply_norm(x, p["final_norm"], cfg.norm, cfg.norm_eps)
-        logits = linear(x, p, "lm_head")  # [*, d] -> [*, V] (+ Phi-2's bias)
+        return x
+
+    def output_logits(self, x):
+        """The final norm and the LM head (split by vocabulary over ranks: tinyinfer/parallel.py).  [*, d] -> [*, V]"""
+        cfg = self.config
+        x = apply_norm(x, self.params["final_norm"], cfg.norm, cfg.norm_eps)
+        logits = linear(x, self.params, "lm_head")  # [*, d] -> [*, V] (+ Phi-2's bias)
         if cfg.logits_divisor != 1.0:  # Granite
             logits = logits / self.dtype.type(cfg.logits_divisor)
         return soft_cap(logits, cfg.final_softcap)
@@ -161,7 +182,7 @@ class Model:
                 out[rows] = tiled_attention(q[rows], keys, values, chunk.start, window, scale,
                                             softcap=softcap, sinks=sinks)  # -> [n, H*hd]
             else:
-                mask = to_device(causal_mask(n, chunk.start, window), self.device)  # [n, end]
+                mask = plan.mask(j, chunk, window, self.device)  # [n, end]
                 out[rows] = attention(q[rows], keys, values, mask, scale, softcap, sinks)  # -> [n, H*hd]
         if cfg.kv_lora_rank:
             out = expand_values(out, layer, cfg)  # [T, H*(r + dr)] -> [T, H*dv]

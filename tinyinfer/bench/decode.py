@@ -34,6 +34,10 @@ RANDOM_SHAPES = {  # name -> (transformers config class, its arguments)
     "gpt2-124m": ("GPT2Config", {}),
     "llama-110m": ("LlamaConfig", dict(hidden_size=768, intermediate_size=2048, num_hidden_layers=12,
                                        num_attention_heads=12, num_key_value_heads=12, vocab_size=32000)),
+    # Llama-3.2-1B's own config (1.24B parameters): the shape to judge a GPU's decode by
+    "llama-1b": ("LlamaConfig", dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+                                     num_attention_heads=32, num_key_value_heads=8, head_dim=64, vocab_size=128256,
+                                     max_position_embeddings=131072, rope_theta=500000.0, tie_word_embeddings=True)),
 }
 
 
@@ -45,6 +49,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--threads", type=at_least(1), default=os.cpu_count(), help="threads for PyTorch (NumPy uses OpenBLAS's)")
     parser.add_argument("--rounds", type=at_least(1), default=5, help="alternating timing rounds; the best of each runtime counts")
     parser.add_argument("--no-hf", action="store_true", help="skip the transformers comparison")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                        help="where tinyinfer runs; on cuda the bound is the GPU's measured memory bandwidth")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "float16"],
+                        help="weights and compute dtype (float16 halves the bytes a decode step reads)")
 
 
 def build_random_checkpoint(shape: str, folder: Path) -> Path:
@@ -116,7 +124,7 @@ def best_of_rounds(timers: dict, rounds: int) -> dict:
 def run(args) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         source = build_random_checkpoint(args.random, Path(tmp)) if args.random else args.model
-        model = tinyinfer.load(source)
+        model = tinyinfer.load(source, device=args.device, dtype=args.dtype)
         cfg = model.config
         if args.prompt_tokens + args.tokens + 1 > cfg.max_seq_len:
             raise TinyInferError(f"--prompt-tokens + --tokens must fit the context window ({cfg.max_seq_len})")
@@ -125,18 +133,20 @@ def run(args) -> int:
         print(f"model: {source} ({cfg.model_type}, {model.n_params / 1e6:.1f}M parameters, "
               f"{weight_bytes / 2**20:.0f} MiB as {model.dtype})")
         print(f"threads: numpy/OpenBLAS {os.environ.get('OPENBLAS_NUM_THREADS', os.cpu_count())}, torch {args.threads}")
-        bandwidth = measure_copy_bandwidth(repeats=10)
+        bandwidth = measure_copy_bandwidth(repeats=10, xp=model.xp)  # the memory the weights live in
         # one decode step reads every weight once; of a Mixture-of-Experts only the chosen experts (tinyinfer/moe.py)
         read_bytes = param_count(cfg, active=True) * model.dtype.itemsize if cfg.n_experts else weight_bytes
         bound = bandwidth / read_bytes
         timers = {"tinyinfer": lambda: time_tinyinfer(model, prompt, args.tokens)}
         hf_folder = Path(source) if source and Path(source).is_dir() else None
-        hf = None if args.no_hf or hf_folder is None else hf_timer(hf_folder, prompt, args.tokens, args.threads)
+        skip_hf = args.no_hf or hf_folder is None or args.device != "cpu"  # transformers here runs on the CPU
+        hf = None if skip_hf else hf_timer(hf_folder, prompt, args.tokens, args.threads)
         if hf is not None:
             timers["transformers"] = hf
         best = best_of_rounds(timers, args.rounds)
         prefill, decode = best["tinyinfer"]
-        print(f"memory bandwidth (measured copy): {bandwidth / 1e9:.1f} GB/s -> decode bound {bound:.1f} tokens/s")
+        memory = "GPU memory" if args.device == "cuda" else "memory"
+        print(f"{memory} bandwidth (measured copy): {bandwidth / 1e9:.1f} GB/s -> decode bound {bound:.1f} tokens/s")
         print(f"tinyinfer:    prefill {prefill:8.1f} tokens/s   decode {decode:7.1f} tokens/s   "
               f"= {decode / bound:.0%} of the bandwidth bound   (best of {args.rounds} rounds)")
         if hf is not None:

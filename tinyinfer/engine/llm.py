@@ -128,9 +128,11 @@ class LLM:
     # -- streaming API --------------------------------------------------------------------------------------
 
     def add_request(self, prompt, params: SamplingParams | None = None, request_id: str | None = None,
-                    arrival: float | None = None, lora: str | None = None, constraint=None, **overrides) -> str:
+                    arrival: float | None = None, lora: str | None = None, constraint=None,
+                    cache_salt: str | None = None, **overrides) -> str:
         """Queue a request (text or token ids); returns its id. Bad input raises here and queues nothing.
         `lora`: the name of a LoRA adapter loaded on the model (tinyinfer/lora.py) for this request.
+        `cache_salt`: its prefix-cache blocks are shared only with requests of the same salt (vLLM's field).
         `constraint`: structured output, as in `model.generate` (with n > 1, a function making a fresh one).
 
         With n > 1 the request runs as n sequences; sample i draws from generator i of the request's seed,
@@ -142,6 +144,8 @@ class LLM:
         check_fits(self.model, len(prompt_ids), params.max_tokens)
         self._check_fits_pool(len(prompt_ids), params.max_tokens)
         check_adapter(self.model, lora)
+        if cache_salt is not None and not (isinstance(cache_salt, str) and cache_salt):
+            raise TinyInferError(f"cache_salt={cache_salt!r:.40}: give a non-empty string, or None to share the cache")
         if params.stop and self.model.tokenizer is None:
             raise TinyInferError("stop strings need the model's tokenizer to read the text: use stop_token_ids instead")
         make_constraint = constraint_maker(constraint, params.n)
@@ -157,6 +161,8 @@ class LLM:
         arrival = time.perf_counter() if arrival is None else arrival
         samples = [self._new_sequence(request_id, i, prompt_ids, params, rng, arrival, lora, make_constraint())
                    for i, rng in enumerate(sequence_rngs(params.seed, params.n))]
+        for seq in samples:
+            seq.cache_salt = cache_salt
         self.requests[request_id] = samples
         for seq in samples:
             self.scheduler.add(seq)

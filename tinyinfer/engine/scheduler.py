@@ -186,30 +186,33 @@ class Scheduler:
 
     # -- prefix cache -----------------------------------------------------------------------------------------
 
-    def _cached_prefix(self, seq: Sequence) -> list[int]:
-        """Names of the leading full blocks of the sequence found in the prefix cache (not yet taken).
+    def _cached_prefix(self, seq: Sequence) -> list[tuple[bytes, list[int]]]:
+        """(name, token ids) of the leading full blocks of the sequence found in the prefix cache (not yet
+        taken): same name and same tokens.
 
         The block holding the last token is never taken from the cache: that token must run through the
         model, because its logits give the next token.
         """
         if not self.config.prefix_caching:
             return []
-        names = prefix_hashes(seq.tokens[:seq.num_tokens - 1], self.block_size, seq.lora)
+        tokens, bs = seq.tokens, self.block_size
+        names = prefix_hashes(tokens[:seq.num_tokens - 1], bs, seq.cache_root)
         hits = []
-        for name in names:
-            if name not in self.allocator.cached:
+        for i, name in enumerate(names):
+            block_tokens = tokens[i * bs:(i + 1) * bs]
+            if self.allocator.find(name, block_tokens) is None:
                 break
-            hits.append(name)
+            hits.append((name, block_tokens))
         return hits
 
-    def _new_blocks_needed(self, seq: Sequence, hits: list[int], n_tokens: int) -> int:
+    def _new_blocks_needed(self, seq: Sequence, hits: list[tuple[bytes, list[int]]], n_tokens: int) -> int:
         """Free blocks that admitting takes: fresh ones, plus cached hits nobody holds (they leave the free list)."""
-        revived = sum(self.allocator.is_free_cached(name) for name in hits)
+        revived = sum(self.allocator.is_free_cached(name) for name, _ in hits)
         return self.blocks_for(n_tokens) - len(hits) + revived
 
-    def _take(self, seq: Sequence, hits: list[int]) -> None:
+    def _take(self, seq: Sequence, hits: list[tuple[bytes, list[int]]]) -> None:
         """Start the sequence's block table with the cached blocks (shared, refcount + 1)."""
-        self.cache.tables[seq.seq_id] = [self.allocator.lookup(name) for name in hits]
+        self.cache.tables[seq.seq_id] = [self.allocator.lookup(name, tokens) for name, tokens in hits]
         seq.num_computed = len(hits) * self.block_size
         seq.metrics.cached_prompt_tokens = seq.num_computed
         self.prompt_tokens_queried += seq.num_tokens
@@ -219,11 +222,11 @@ class Scheduler:
         """Give each block that became full and computed in this step its name, so later requests find it."""
         table, bs = self.cache.tables[seq.seq_id], self.block_size
         full = seq.num_computed // bs
-        for i in range(len(seq.block_names), full):  # names depend only on tokens (and adapter): computed once
-            previous = seq.block_names[-1] if seq.block_names else seq.lora
+        for i in range(len(seq.block_names), full):  # names depend only on tokens (and root): computed once
+            previous = seq.block_names[-1] if seq.block_names else seq.cache_root
             seq.block_names.append(block_hash(previous, seq.tokens[i * bs:(i + 1) * bs]))
         for i in range(computed_before // bs, full):
-            self.allocator.register(table[i], seq.block_names[i])
+            self.allocator.register(table[i], seq.block_names[i], seq.tokens[i * bs:(i + 1) * bs])
 
     # -- blocks and preemption ------------------------------------------------------------------------------
 

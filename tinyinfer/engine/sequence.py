@@ -21,6 +21,7 @@ import enum
 import time
 from dataclasses import dataclass, field
 
+from tinyinfer.engine.block_manager import prefix_root
 from tinyinfer.sampling import Sampler, SamplingParams, TokenChoice
 from tinyinfer.stopping import StopMatcher
 
@@ -88,9 +89,15 @@ class Sequence:
     finish_reason: str | None = None  # "eos" | "stop" | "length" | "abort"
     text: str = ""
     stop_token: int | None = None  # the EOS / stop token id that ended it (sampled, but not part of the output)
-    block_names: list[int] = field(default_factory=list)  # prefix-cache names of its full, computed blocks
+    block_names: list[bytes] = field(default_factory=list)  # prefix-cache names of its full, computed blocks
     lora: str | None = None  # the LoRA adapter it runs with (tinyinfer/lora.py): part of its blocks' names
+    cache_salt: str | None = None  # shares cached blocks only with requests of the same salt (vLLM's name)
     logprobs: list[TokenChoice] = field(default_factory=list)  # per output token, when params.logprobs is set
+
+    @property
+    def cache_root(self) -> bytes | None:
+        """The prefix cache's "previous name" of its first block: its adapter and salt (block_manager.py)."""
+        return prefix_root(self.lora, self.cache_salt)
 
     @property
     def output_ids(self) -> list[int]:
