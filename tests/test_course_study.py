@@ -61,6 +61,9 @@ COMPUTED = {
     "12.q2": lambda: round(0.1 / (0.635 / 127)),
     "13.q1": lambda: 8 * (4096 + 4096),
     "13.q2": lambda: 16 / math.sqrt(8),
+    "16.q1": lambda: math.log(2048),
+    "16.q2": lambda: -math.log(1 / (1 + math.exp(0.0))),
+    "16.q3": lambda: 0.2 + (2000 + 200) * 0.025,
 }
 
 

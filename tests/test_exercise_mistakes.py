@@ -12,7 +12,7 @@ import pytest
 
 import tinyinfer
 from tinyinfer.attention import attention, causal_mask
-from tinyinfer.config import config_from_hf
+from tinyinfer.families import config_from_hf
 from tinyinfer.engine.block_manager import block_hash, prefix_hashes
 from tinyinfer.flash_attention import online_softmax_step
 from tinyinfer.kv_cache import ContiguousKVCache
