@@ -207,7 +207,7 @@ def _run(model, prompt_ids: list[int], sampler: Sampler, out: GenerationStream, 
     else:
         picks = speculative_tokens(model, draft, prompt_ids, sampler, k, timings, speculation)
     enders = stop_ids(model, params)
-    detok = _detokenizer(model)
+    detok = _detokenizer(model, prompt_ids)
     matcher = StopMatcher(params.stop)
     tokens, choices, pieces, finish_reason = [], [], [], "length"
     for choice in picks:
@@ -238,12 +238,12 @@ def _run(model, prompt_ids: list[int], sampler: Sampler, out: GenerationStream, 
     )
 
 
-def _detokenizer(model):
+def _detokenizer(model, prompt_ids: list[int]):
     if model.tokenizer is None:
         return None
     from tinyinfer.tokenizer import StreamingDetokenizer  # noqa: PLC0415
 
-    return StreamingDetokenizer(model.tokenizer)
+    return StreamingDetokenizer(model.tokenizer, context=prompt_ids)  # the text continues the prompt's
 
 
 def generate(model, prompt, params: SamplingParams | None = None, *, stream: bool = False, constraint=None,
