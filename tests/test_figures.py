@@ -54,7 +54,8 @@ def test_a_changed_plot_is_stale_and_a_remeasured_one_is_not():
     assert "shapes changed" in figures.differences(stored, figures.summary(drawn([3.0, 2.0])))
     timed = figures.summary(drawn([1.0, 2.0], "12.5 ms per step"), measured=True)
     assert timed["stats"] is None and timed["texts"] == ["# ms per step"]
-    assert figures.differences(timed, figures.summary(drawn([4.0, 1.0], "9.1 ms per step"), measured=True)) is None
+    assert figures.differences(timed, figures.summary(drawn([4.0, 1.0, 2.0], "9.1 ms per step"), measured=True)) is None
+    assert "texts changed" in figures.differences(timed, figures.summary(drawn([1.0], "9.1 s per step"), measured=True))
 
 
 def test_rendering_is_deterministic(tmp_path):
