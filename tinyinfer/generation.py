@@ -28,7 +28,7 @@ in the context window with its max_tokens is refused before any work is done.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterator
 
 from tinyinfer.errors import TinyInferError, is_integer_at_least
@@ -252,7 +252,8 @@ def generate(model, prompt, params: SamplingParams | None = None, *, stream: boo
     """Generate a continuation of `prompt` (text or token ids).
 
     `params` is a SamplingParams, or give its fields as keywords (max_tokens=50, temperature=0, seed=1, ...);
-    unspecified fields come from the checkpoint's generation_config.json.
+    unspecified fields come from the checkpoint's generation_config.json (its max_new_tokens shrinks to the room the
+    context window leaves after the prompt; a max_tokens asked for that does not fit is an error).
 
     Returns a GenerationResult, or with `stream=True` a GenerationStream yielding text pieces whose `.result`
     is set at the end. With n > 1 it returns a list of them, one per sample (sample i uses generator i of the
@@ -269,9 +270,13 @@ def generate(model, prompt, params: SamplingParams | None = None, *, stream: boo
 
     `lora`: the name of a LoRA adapter loaded on the model with `tinyinfer.lora.load_adapter`.
     """
+    chosen_by_default = params is None and overrides.get("max_tokens") is None
     params = resolve_params(model, params, overrides)
     stream, add_special_tokens = check_flag("stream", stream), check_flag("add_special_tokens", add_special_tokens)
     prompt_ids = encode_prompt(model, prompt, add_special_tokens)
+    room = model.config.max_seq_len - len(prompt_ids)
+    if chosen_by_default and room >= 1:  # the checkpoint's default length shrinks to the room left, as the server's does
+        params = replace(params, max_tokens=min(params.max_tokens, room))
     check_fits(model, len(prompt_ids), params.max_tokens)
     if params.stop and model.tokenizer is None:
         raise TinyInferError("stop strings need the model's tokenizer to read the text: use stop_token_ids instead")

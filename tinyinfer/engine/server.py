@@ -101,14 +101,14 @@ class HttpProtocol(H11Protocol):
     def connection_made(self, transport) -> None:
         super().connection_made(transport)
         self.peer_closed = False
-        self.loop.call_later(self.limits.head_timeout_s, self._head_deadline)
+        self._arm_head_deadline()
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
         if self.peer_closed:
             self.transport.close()  # nothing more can come from a client that closed its side
         elif not self.transport.is_closing():
-            self.loop.call_later(self.limits.head_timeout_s, self._head_deadline)
+            self._arm_head_deadline()
 
     def eof_received(self) -> bool | None:
         cycle = self.cycle
@@ -118,9 +118,16 @@ class HttpProtocol(H11Protocol):
         self._probe()
         return True  # keep the connection open for the answer
 
-    def _head_deadline(self) -> None:
-        if not self.transport.is_closing() and self.conn.their_state is h11.IDLE:
-            self.transport.close()  # still no whole request head
+    def _arm_head_deadline(self) -> None:
+        """Close the connection if, `head_timeout_s` from now, no new request has begun (`cycle` is still the
+        last one) and no whole request head has come in (h11 still waits for one)."""
+        last = self.cycle
+
+        def expire():
+            if self.cycle is last and self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+                self.transport.close()
+
+        self.loop.call_later(self.limits.head_timeout_s, expire)
 
     def _probe(self) -> None:
         if self.transport.is_closing() or self.cycle.response_complete:
@@ -131,17 +138,13 @@ class HttpProtocol(H11Protocol):
         self.loop.call_later(self.limits.probe_s, self._probe)  # once the answer streams, its writes probe
 
 
-def error_body(message: str, kind: str = "invalid_request_error", param: str | None = None) -> dict:
-    """OpenAI's error object."""
-    return {"error": {"message": message, "type": kind, "param": param, "code": None}}
-
-
-def error_response(status: int, message: str, param: str | None = None, kind: str | None = None,
+def error_response(status: int, message: str, param: str | None = None, code: str | None = None,
                    headers: dict | None = None) -> JSONResponse:
-    """An error answer; it closes the connection, since what is left of the request may still be unread."""
-    kind = kind or ("internal_server_error" if status >= 500 and status != 503 else
-                    "server_overloaded" if status == 503 else "invalid_request_error")
-    return JSONResponse(error_body(message, kind, param), status, headers={"Connection": "close", **(headers or {})})
+    """An error answer in OpenAI's shape; it closes the connection, since what is left of the request may
+    still be unread."""
+    kind = "invalid_request_error" if status < 500 else "server_overloaded" if status == 503 else "internal_server_error"
+    body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
+    return JSONResponse(body, status, headers={"Connection": "close", **(headers or {})})
 
 
 def refusal(e: Exception) -> JSONResponse:
@@ -159,6 +162,8 @@ def answers_errors(endpoint):
     async def guarded(request: Request):
         try:
             return await endpoint(request)
+        except ClientDisconnect:
+            return Response(status_code=499)  # gone while sending its body: nobody reads this
         except Exception as e:  # noqa: BLE001 - bad input, or a bug: either way the server keeps serving
             return refusal(e)
     return guarded
@@ -265,7 +270,7 @@ class Guard:
                                   "--allowed-origins to allow it")
         if self.api_key is not None and path != "/health" and not key_matches(headers, self.api_key):
             return error_response(401, "a valid API key is needed: send the header Authorization: Bearer KEY",
-                                  kind="invalid_api_key")
+                                  code="invalid_api_key")
         return None
 
 
@@ -407,9 +412,9 @@ class Server:
         lora = requested_adapter(self, body)  # first: a model not served here is a 404, whatever else is wrong
         salt, (stream, include_usage), tools = cache_salt(body), stream_options(body), tool_choice(body, chat)
         requests = await run_in_threadpool(engine_requests, self, body, chat)  # tokenizing and compiling block
-        submission = Submission(requests, lora, salt, arrival)
-        self.engine.submit(submission)  # or Overloaded: a 503
         reply = Reply(chat, lora or self.model_name, requests, self.model.tokenizer, None if tools is None else tools[0])
+        submission = Submission(requests, lora, salt, arrival)
+        self.engine.submit(submission)  # or Overloaded: a 503; from here on, Answer always tells the engine it is done
         return Answer(self.engine, submission, reply, stream, include_usage)
 
     async def _load_lora(self, request: Request) -> Response:
