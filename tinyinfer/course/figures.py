@@ -35,7 +35,7 @@ RTOL = 1e-3  # the data of a plot computed in float32 agrees to ~1e-6 across mac
 MEASURED = {"00-course-1",
     "03-attention-4", "03-attention-5", "05-generation-kv-cache-1", "05-generation-kv-cache-2",
     "10-continuous-batching-1", "10-continuous-batching-2", "10-continuous-batching-3", "10-continuous-batching-4",
-    "11-speculative-decoding-3", "13-lora-1", "15-serving-in-production-1",
+    "11-speculative-decoding-3", "13-lora-1", "14-parallelism-1", "15-serving-in-production-1",
 }
 
 # Run in the kernel before the notebook's first cell: `tinyinfer_figures` collects each figure's summary.
