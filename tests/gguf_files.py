@@ -173,7 +173,7 @@ def add_metadata(writer: gguf.GGUFWriter, arch: str, c: dict) -> None:
         writer.add_uint32(f"{arch}.expert_shared_feed_forward_length", c["shared_expert_intermediate_size"])
 
 
-def write_gguf(folder: Path, path: Path, qtype: str = "F32", seed: int = 0, version: int = 3) -> Path:
+def write_gguf(folder: Path, path: Path, qtype: str = "F32", seed: int = 0) -> Path:
     """Convert the tiny checkpoint in `folder` to the GGUF file `path`, its matrices stored as `qtype`."""
     c = transformers.AutoConfig.from_pretrained(folder).to_dict()
     c["model_type"] = transformers.AutoConfig.from_pretrained(folder).model_type
