@@ -2,12 +2,13 @@
 
     python -m tinyinfer pull smollm2-135m-instruct
     python weights_scripts/lost_in_the_middle.py                    # writes chapters/images/lost-in-the-middle.png
-    python weights_scripts/lost_in_the_middle.py --filler 60 --trials 8 --device cuda
+    python weights_scripts/lost_in_the_middle.py --filler 120 --distractors 10 --trials 8 --device cuda
 
 Design (after Liu et al., "Lost in the Middle", 2023, scaled down to a 135M model):
-- A haystack of `--filler` distinct, true-but-irrelevant sentences (each names a city and a number, so the
-  needle does not stand out by form), and one needle, "The code for the NAME account is NUMBER.", inserted
-  after a fraction `depth` of them, for depths 0, 0.25, 0.5, 0.75 and 1.
+- A haystack of `--filler` irrelevant sentences (each names a city and a number, so the needle does not
+  stand out by form), `--distractors` of them replaced by codes of *other* accounts spread evenly through it
+  (so the answer must be the right code, not any code), and one needle, "The code for the NAME account is
+  NUMBER.", inserted after a fraction `depth` of the haystack, for depths 0, 0.25, 0.5, 0.75 and 1.
 - The question comes last, in the chat template: "What is the code for the NAME account?". Greedy decoding,
   16 tokens; the answer is right when the needle's number appears in it.
 - `--trials` needles per depth (different names and numbers, the same haystack), so each point is an
@@ -55,14 +56,23 @@ def prompt_for(sentences: list[str], needle: str, depth: float, question: str, t
     return template.render([{"role": "user", "content": content}], add_generation_prompt=True)
 
 
-def measure(model, template, filler: int, trials: int, seed: int = 0) -> dict:
+def with_distractors(sentences: list[str], names: list[str], rng) -> list[str]:
+    """`sentences` with len(names) of them, evenly spaced, replaced by those accounts' codes."""
+    sentences = list(sentences)
+    for i, name in enumerate(names):
+        sentences[(2 * i + 1) * len(sentences) // (2 * len(names))] = f"The code for the {name} account is {int(rng.integers(1000, 9999))}."
+    return sentences
+
+
+def measure(model, template, filler: int, trials: int, distractors: int = 0, seed: int = 0) -> dict:
     rng = np.random.default_rng(seed)
-    sentences = haystack(filler, rng)
     accuracy, lengths = [], []
     for depth in DEPTHS:
         right = 0
         for t in range(trials):
             name, number = NAMES[t % len(NAMES)], int(rng.integers(1000, 9999))
+            others = [n for n in NAMES if n != name][:distractors]
+            sentences = with_distractors(haystack(filler, np.random.default_rng(seed)), others, np.random.default_rng(seed + 1))
             prompt = prompt_for(sentences, f"The code for the {name} account is {number}.", depth,
                                 f"What is the code for the {name} account?", template)
             result = model.generate(prompt, max_tokens=16, temperature=0.0, add_special_tokens=template is None)
@@ -71,7 +81,8 @@ def measure(model, template, filler: int, trials: int, seed: int = 0) -> dict:
             right += str(number) in text
             print(f"depth {depth:.2f} trial {t}: {'right' if str(number) in text else 'wrong'}  {text.strip()[:60]!r}", flush=True)
         accuracy.append(right / trials)
-    return {"depths": DEPTHS, "accuracy": accuracy, "trials": trials, "filler_sentences": filler, "prompt_tokens": lengths}
+    return {"depths": DEPTHS, "accuracy": accuracy, "trials": trials, "filler_sentences": filler, "distractors": distractors,
+            "prompt_tokens": lengths}
 
 
 def plot(result: dict, model_name: str):
@@ -85,7 +96,8 @@ def plot(result: dict, model_name: str):
     ax.set_ylim(-5, 105)
     ax.set_xlabel("depth of the fact in the prompt (% of the way through)")
     ax.set_ylabel("answers right (%)")
-    ax.set_title(f"{model_name}: retrieval by depth, {result['trials']} needles per depth")
+    ax.set_title(f"{model_name}: the right code among {result['distractors'] + 1}, "
+                 f"{result['prompt_tokens'][0]}-token prompts, {result['trials']} per depth", fontsize=9)
     return fig
 
 
@@ -94,13 +106,14 @@ def main(argv=None) -> int:
     parser.add_argument("--model", default="smollm2-135m-instruct")
     parser.add_argument("--filler", type=int, default=40, help="haystack sentences (about 15 tokens each)")
     parser.add_argument("--trials", type=int, default=6)
+    parser.add_argument("--distractors", type=int, default=6, help="other accounts' codes in the haystack")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--out", type=Path, default=ROOT / figures.IMAGES / "lost-in-the-middle.png")
     args = parser.parse_args(argv)
     template = ChatTemplate.for_model(args.model, required=False)
     model = tinyinfer.load(args.model, device=args.device)
     start = time.perf_counter()
-    result = measure(model, template, args.filler, args.trials)
+    result = measure(model, template, args.filler, args.trials, args.distractors)
     result |= {"model": args.model, "seconds": round(time.perf_counter() - start, 1)}
     print(json.dumps(result))
     fig = plot(result, args.model)
