@@ -32,6 +32,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from tinyinfer.config import read_json
 from tinyinfer.errors import TinyInferError
+from tinyinfer.resolve import DEFAULT_MODEL, resolve_path
 
 # the special tokens a tokenizer_config.json may name; HF puts each one it has into the template context
 SPECIAL_TOKEN_NAMES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
@@ -111,11 +112,7 @@ class ChatTemplate:
     def for_model(cls, model, required: bool = True) -> ChatTemplate | None:
         """The chat template of a model given as `tinyinfer.load` takes it (folder, file, built-in name).
         A model without one is an error, or None if not `required`."""
-        from tinyinfer.loading import resolve_path  # noqa: PLC0415 - loading pulls in the model code
-
         if model is None:
-            from tinyinfer.resolve import DEFAULT_MODEL  # noqa: PLC0415
-
             model = DEFAULT_MODEL
         path = resolve_path(model)
         folder = path if path.is_dir() else path.parent

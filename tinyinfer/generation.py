@@ -33,7 +33,7 @@ from typing import Iterator
 
 from tinyinfer.errors import TinyInferError, is_integer_at_least
 from tinyinfer.lora import check_adapter
-from tinyinfer.model import SeqChunk
+from tinyinfer.model import Model, SeqChunk, check_token_ids
 from tinyinfer.sampling import Sampler, SamplingParams, TokenChoice, check_flag, check_text, sequence_rngs
 from tinyinfer.speculative import SpeculationStats, check_draft, speculative_tokens
 from tinyinfer.stopping import StopMatcher
@@ -106,25 +106,6 @@ def encode_prompt(model, prompt, add_special_tokens: bool = True) -> list[int]:
     if isinstance(prompt, (bytes, bytearray)) or not hasattr(prompt, "__iter__"):
         raise TinyInferError(f"the prompt is a {type(prompt).__name__}: give text (str) or a list of token ids")
     return check_token_ids(model, prompt, "the prompt")
-
-
-def check_token_ids(model, ids, what: str) -> list[int]:
-    """`ids` as a list of ints, if it is a non-empty sequence of token ids of `model`; else a TinyInferError
-    naming `what` was wrong (an id past the vocabulary would index past the embedding table).
-
-    check_token_ids(model, [5, np.int64(6)], "the prompt") -> [5, 6]
-    """
-    if isinstance(ids, (str, bytes, bytearray)) or not hasattr(ids, "__iter__"):
-        raise TinyInferError(f"{what} is a {type(ids).__name__}: give a list of token ids")
-    ids = list(ids)
-    if not ids:
-        raise TinyInferError(f"{what} is empty: give at least one token")
-    vocab_size = model.config.vocab_size
-    for i in ids:
-        if not is_integer_at_least(i, 0) or i >= vocab_size:
-            raise TinyInferError(f"{what} holds {i!r}, which is not a token id of this model: "
-                                 f"ids must be integers in [0, {vocab_size - 1}]")
-    return [int(i) for i in ids]
 
 
 def resolve_params(model, params: SamplingParams | None, overrides: dict) -> SamplingParams:
@@ -322,3 +303,8 @@ def _checked_constraint(constraint):
 def greedy_tokens(model, prompt_ids: list[int], n: int) -> list[int]:
     """The next n greedy token ids, EOS ignored (for parity checks against other implementations)."""
     return generate(model, prompt_ids, max_tokens=n, temperature=0.0, ignore_eos=True).token_ids
+
+
+# `model.generate(prompt, ...)`: the loop above, as a method of every Model. It is attached here, not written in
+# tinyinfer/model.py, because generation builds on the model and the model knows nothing of generation.
+Model.generate = generate

@@ -34,7 +34,7 @@ import numpy as np
 from tinyinfer.attention import attention, causal_mask, decode_attention, soft_cap
 from tinyinfer.backend import get_xp, to_device, to_numpy
 from tinyinfer.config import Config
-from tinyinfer.errors import TinyInferError
+from tinyinfer.errors import TinyInferError, is_integer_at_least
 from tinyinfer.flash_attention import tiled_attention
 from tinyinfer.kv_cache import ContiguousKVCache
 from tinyinfer.kv_quant import check_kv_cache_dtype
@@ -42,6 +42,7 @@ from tinyinfer.mla import expand_values, latent_qkv
 from tinyinfer.mlp import gelu_mlp, linear, swiglu
 from tinyinfer.moe import moe_feed_forward
 from tinyinfer.norms import apply_norm
+from tinyinfer.param_tree import leaves, map_arrays
 from tinyinfer.rope import apply_partial_rope, inv_frequencies, rope_angles, rope_attention_factor
 from tinyinfer.weights import arrange_for_matvec
 
@@ -257,16 +258,11 @@ class Model:
 
     def logits(self, ids: list[int]) -> np.ndarray:
         """Logits at every position of one token sequence, without a lasting cache.  [T] -> [T, V] (NumPy)"""
-        from tinyinfer.generation import check_token_ids  # noqa: PLC0415 - generation builds on the model
-
         ids = check_token_ids(self, ids, "the input of logits()")
         return to_numpy(self.forward([SeqChunk(0, 0, ids)], self.new_cache(1, len(ids)), all_logits=True))
 
-    def generate(self, prompt, *args, **kwargs):
-        """Generate a continuation of `prompt` (text or token ids); see `tinyinfer.generation.generate`."""
-        from tinyinfer.generation import generate  # noqa: PLC0415 - generation builds on the model
-
-        return generate(self, prompt, *args, **kwargs)
+    # model.generate(prompt, ...) is tinyinfer/generation.py's `generate`, which attaches itself to this class:
+    # generation builds on the model, so the model does not import it.
 
     @property
     def vocab_limit(self) -> int:
@@ -282,6 +278,25 @@ class Model:
         return total - (self.params["lm_head"].size if self.config.tie_word_embeddings else 0)
 
 
+def check_token_ids(model, ids, what: str) -> list[int]:
+    """`ids` as a list of ints, if it is a non-empty sequence of token ids of `model`; else a TinyInferError
+    naming `what` was wrong (an id past the vocabulary would index past the embedding table).
+
+    check_token_ids(model, [5, np.int64(6)], "the prompt") -> [5, 6]
+    """
+    if isinstance(ids, (str, bytes, bytearray)) or not hasattr(ids, "__iter__"):
+        raise TinyInferError(f"{what} is a {type(ids).__name__}: give a list of token ids")
+    ids = list(ids)
+    if not ids:
+        raise TinyInferError(f"{what} is empty: give at least one token")
+    vocab_size = model.config.vocab_size
+    for i in ids:
+        if not is_integer_at_least(i, 0) or i >= vocab_size:
+            raise TinyInferError(f"{what} holds {i!r}, which is not a token id of this model: "
+                                 f"ids must be integers in [0, {vocab_size - 1}]")
+    return [int(i) for i in ids]
+
+
 def _qk_norm(x, weight, cfg: Config):
     """The model's norm (or `qk_norm_kind`: StableLM's LayerNorm without bias) of q or k [T, heads, hd]: over each
     head (Qwen3, Gemma 3; StableLM and Cohere with a gain per head, weight [heads, hd]), or over the whole
@@ -291,24 +306,3 @@ def _qk_norm(x, weight, cfg: Config):
         flat = x.reshape(x.shape[0], -1)  # [T, heads, hd] -> [T, heads*hd], normed as one
         return apply_norm(flat, {"weight": weight}, kind, cfg.norm_eps).reshape(x.shape)
     return apply_norm(x, {"weight": weight}, kind, cfg.norm_eps)
-
-
-def leaves(tree):
-    """Every array of a parameter tree (nested dicts and lists), in order."""
-    if isinstance(tree, dict):
-        for value in tree.values():
-            yield from leaves(value)
-    elif isinstance(tree, list):
-        for value in tree:
-            yield from leaves(value)
-    else:
-        yield tree
-
-
-def map_arrays(tree, fn):
-    """The same parameter tree (nested dicts and lists) with fn applied to every array."""
-    if isinstance(tree, dict):
-        return {key: map_arrays(value, fn) for key, value in tree.items()}
-    if isinstance(tree, list):
-        return [map_arrays(value, fn) for value in tree]
-    return fn(tree)

@@ -32,7 +32,8 @@ import numpy as np
 
 from tinyinfer.backend import to_numpy
 from tinyinfer.errors import TinyInferError
-from tinyinfer.model import Model, map_arrays
+from tinyinfer.model import Model
+from tinyinfer.param_tree import map_arrays
 
 
 def ring_all_reduce_bytes(nbytes: int, n: int) -> float:

@@ -31,6 +31,8 @@ from threadpoolctl import threadpool_limits
 from tqdm import tqdm
 
 import tinyinfer
+from tinyinfer.bench import step
+from tinyinfer.bench.prompts import random_prompt
 from tinyinfer.engine import LLM
 from tinyinfer.commands import at_least, positive_number
 from tinyinfer.commands.generate import add_kv_cache_dtype_argument
@@ -137,8 +139,6 @@ def serve_and_report(args, blas: str) -> int:
 def print_steady_state(model, workload: list[Request], concurrency: int) -> None:
     """What a full batch gains at most in the steady state (`tinyinfer bench step`, at the workload's mean
     context while decoding): the ceiling the whole run's ratio, which also pays prefills and a tail, stays under."""
-    from tinyinfer.bench import step  # noqa: PLC0415 - step builds its prompts with this module's random_prompt
-
     context, rows = round(np.mean([len(r.prompt_ids) + r.params.max_tokens / 2 for r in workload])), max(concurrency, 2)
     try:
         parts, alone = step.measure(model, rows, context, repeats=10)
@@ -225,17 +225,6 @@ def parse_range(text: str, flag: str) -> tuple[int, int]:
     if not 1 <= low <= high:
         raise TinyInferError(f"{flag} {text!r}: need 1 <= MIN <= MAX")
     return low, high
-
-
-def ordinary_tokens(model) -> np.ndarray:
-    """Token ids a random prompt may use: the vocabulary minus BOS and EOS."""
-    special = set(model.config.eos_token_ids) | {model.config.bos_token_id}
-    return np.array([i for i in range(model.config.vocab_size) if i not in special])
-
-
-def random_prompt(model, rng: np.random.Generator, n: int) -> list[int]:
-    bos = [] if model.config.bos_token_id is None else [model.config.bos_token_id]
-    return bos + rng.choice(ordinary_tokens(model), size=n - len(bos)).tolist()
 
 
 def make_workload(model, rng, n: int, rate: float, prompt_len, output_len, temperature: float) -> list[Request]:
