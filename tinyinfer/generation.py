@@ -243,7 +243,8 @@ def generate(model, prompt, params: SamplingParams | None = None, *, stream: boo
     function making a fresh one (needed with n > 1: each sample walks its own grammar state).
 
     `draft`: a smaller Model with the same tokenizer, for speculative decoding: it guesses
-    `num_speculative_tokens` tokens per round and the model checks them in one pass (tinyinfer/speculative.py).
+    `num_speculative_tokens` tokens per round and the model checks them in one pass (tinyinfer/speculative.py);
+    or "ngram" (a `PromptLookup`): the guesses are the tokens that followed the text's last tokens earlier on.
     The tokens follow the same distribution (at temperature 0: the very same tokens); the result's
     `.speculation` says how many guesses were kept.
 
@@ -257,15 +258,7 @@ def generate(model, prompt, params: SamplingParams | None = None, *, stream: boo
         raise TinyInferError("stop strings need the model's tokenizer to read the text: use stop_token_ids instead")
     check_adapter(model, lora)
     if draft is not None:
-        if lora is not None:
-            raise TinyInferError("speculative decoding with a LoRA adapter is not supported (the draft model has no "
-                                 "adapter): drop the draft, or merge the adapter into the model first")
-        if not isinstance(draft, type(model)):
-            raise TinyInferError(f"draft must be a Model like the one it helps, not {type(draft).__name__}: "
-                                 "load it first, e.g. draft=tinyinfer.load('shakespeare-draft')")
-        check_draft(model, draft, constraint, len(prompt_ids) + params.max_tokens)
-        if not is_integer_at_least(num_speculative_tokens):
-            raise TinyInferError(f"num_speculative_tokens={num_speculative_tokens!r} (--speculate) is invalid: give an integer >= 1")
+        check_draft(model, draft, constraint, lora, len(prompt_ids) + params.max_tokens, num_speculative_tokens)
     make_constraint = constraint_maker(constraint, params.n)
     streams = [
         GenerationStream(model, prompt_ids, Sampler(params, prompt_ids, make_constraint(), rng, model.vocab_limit),

@@ -171,6 +171,21 @@ def load_adapter(model, name: str, folder) -> None:
     model.adapters.names.append(name)
 
 
+def unload_adapter(model, name: str) -> None:
+    """Take the adapter `name` off `model` (the base weights were never changed, so nothing else is)."""
+    check_adapter(model, name)
+
+    def walk(params):
+        for value in params.values() if isinstance(params, dict) else params:
+            if isinstance(value, LoraWeight):
+                value.updates.pop(name, None)
+            elif isinstance(value, (dict, list)):
+                walk(value)
+
+    walk(model.params["layers"])
+    model.adapters.names.remove(name)
+
+
 def builtin_adapters() -> dict[str, Path]:
     """Built-in adapter name -> its folder inside the package (tinyinfer/models/<name>/)."""
     if not BUILTIN_DIR.is_dir():
