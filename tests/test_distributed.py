@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import time
 from functools import cache
 from pathlib import Path
 
@@ -28,9 +30,12 @@ import numpy as np
 import pytest
 
 import tinyinfer
-from tinyinfer.distributed import CommunicationError, SingleProcess, ring_all_reduce_bytes, run_ranks
 from tinyinfer.distribute import distribute
+from tinyinfer.distributed import CommunicationError, SingleProcess, ring_all_reduce_bytes, run_ranks
+from tinyinfer.engine import LLM
+from tinyinfer.engine.disaggregated import DECODE_RANK, PREFILL_RANK, decode_worker, prefill_worker, prefix_blocks
 from tinyinfer.errors import TinyInferError
+from tinyinfer.sampling import SamplingParams
 
 from mpi_program import MAX_TOKENS, OPS, PROMPT, float64, single_process_engine_tokens
 from test_moe_parity import moe_checkpoint  # noqa: F401 - a fixture
@@ -206,6 +211,11 @@ def test_cli_under_mpirun_prints_what_one_process_prints(flags):
     assert together.returncode == 0, together.stderr
     assert alone.stdout.strip() and together.stdout == alone.stdout  # rank 0's text only, once
     assert together.stderr.count("prompt tokens") == 1  # the statistics line: rank 0's only
+    traffic = re.findall(r"(\w+): +\d+ calls +([\d,]+) B = .* = ([\d,]+) B$", together.stderr, re.MULTILINE)
+    assert {op for op, _, _ in traffic} == ({"all_reduce", "all_gather"} if "--tensor-parallel-size" in flags
+                                            else {"send", "broadcast"})
+    for op, measured, formula in traffic:  # what rank 0 handed each operation, and the chapter's formula for it
+        assert measured == formula, (op, together.stderr)
 
 
 def test_cli_expert_parallel_under_mpirun():
@@ -227,6 +237,39 @@ def test_parallel_sizes_without_mpirun_say_how_to_start():
     run = subprocess.run(tinyinfer_command("--tensor-parallel-size", "2"), capture_output=True, text=True,
                          timeout=MPI_TIMEOUT_S, env={k: v for k, v in os.environ.items() if not k.startswith("PMI")})
     assert run.returncode == 1 and "start it with `mpirun -n 2 python -m tinyinfer ...`" in run.stderr
+
+
+# -- disaggregated prefill and decode ---------------------------------------------------------------------------
+
+def test_disaggregated_decode_rank_gives_the_combined_engines_tokens():
+    """Two thread ranks: the prefill rank's blocks reach the decode engine's prefix cache (every full block
+    before each prompt's last token), and every sample equals the combined engine's."""
+    model = tinyinfer.load("shakespeare")
+    prompts = [model.tokenizer.encode(text) for text in ("ROMEO:\n" * 9, "JULIET: O Romeo, Romeo! " * 4, "KING:")]
+    params = [SamplingParams(max_tokens=12, temperature=0.8, seed=i) for i in range(len(prompts))]
+    engine = dict(block_size=4, max_num_batched_tokens=16)
+    combined = [r.token_ids for r in LLM(model, **engine).generate(prompts, params)]
+
+    def rank(comm):
+        if comm.rank == PREFILL_RANK:
+            prefill_worker(comm, model, [(str(i), p, q, 0.0) for i, (p, q) in enumerate(zip(prompts, params))], 4,
+                           time.perf_counter())
+            return None
+        llm = LLM(model, **engine)
+        outputs = {int(out.request_id): out.token_ids for out in decode_worker(comm, llm)}
+        return [outputs[i] for i in range(len(prompts))], llm.scheduler.prompt_tokens_hit
+
+    tokens, hits = run_ranks(2, rank, timeout_s=60)[DECODE_RANK]
+    assert tokens == combined
+    assert hits == sum(prefix_blocks(len(p), 4) * 4 for p in prompts) > 0
+
+
+def test_bench_serve_disaggregated_under_mpirun():
+    run = mpirun(sys.executable, "-m", "tinyinfer", "bench", "serve", "--disaggregated", "--requests", "4", "--rate",
+                 "20", "--prompt-len", "60:90", "--output-len", "6:10", "--concurrency", "4", timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "same tokens in both: yes" in run.stdout and "TPOT p50" in run.stdout
+    assert re.search(r"decode rank: ([1-9]\d*)% of the prompt tokens came as KV blocks", run.stdout), run.stdout
 
 
 # -- the splits' rules, in one process --------------------------------------------------------------------------

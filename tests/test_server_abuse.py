@@ -220,6 +220,21 @@ def test_200_idle_connections_do_not_slow_a_normal_request_and_are_closed(server
             connection.close()
 
 
+def test_a_busy_kept_alive_connection_outlives_the_head_deadline(server):
+    """The head deadline (1 s here) is for a request head that does not come, not for a connection in use."""
+    connection = http.client.HTTPConnection(*server.server_address, timeout=10)
+    connection.request("GET", "/health")
+    connection.getresponse().read()
+    first = connection.sock
+    for _ in range(12):  # 2.4 s of requests on one connection
+        time.sleep(0.2)
+        connection.request("GET", "/health")
+        response = connection.getresponse()
+        assert response.status == 200 and json.load(response) == {"status": "ok"}
+    assert connection.sock is first
+    connection.close()
+
+
 def test_a_client_that_half_closes_still_gets_its_answer(server, model):
     """`shutdown(SHUT_WR)` after the request, as `nc -N` and some proxies do: the answer still comes."""
     body = json.dumps(SMALL).encode()

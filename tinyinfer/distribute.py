@@ -34,3 +34,16 @@ def distribute(model: Model, comm: Communicator, tensor_parallel_size: int = 1, 
     if tp > 1:
         return TensorParallelModel(model, comm)
     return PipelineStageModel(model, comm) if pp > 1 else model
+
+
+def traffic_report(model, comm: Communicator) -> str:
+    """What this rank handed each operation so far, per token, next to the formula of its split (chapter 14)."""
+    formula = model.traffic_formula()
+    tokens = max(model.tokens, 1)
+    lines = [f"[rank {comm.rank} of {comm.size}, {model.tokens} tokens through the model, {model.rows} logits rows]"]
+    for op in sorted(set(comm.stats.calls) | set(formula)):
+        measured = comm.stats.bytes[op]
+        expected, text = formula.get(op, (0, "no formula: not part of the split"))
+        lines.append(f"  {op:>10}: {comm.stats.calls[op]:5d} calls {measured:12,d} B = {measured / tokens:10,.0f} B/token"
+                     f" | formula {text} = {expected:,.0f} B")
+    return "\n".join(lines)

@@ -189,7 +189,7 @@ def _run(model, prompt_ids: list[int], sampler: Sampler, out: GenerationStream, 
         picks = generate_tokens(model, prompt_ids, sampler, timings, lora)
     else:
         picks = speculative_tokens(model, draft, prompt_ids, sampler, k, timings, speculation)
-    output = OutputProcessor(params, stop_ids(model, params), model.tokenizer)
+    output = OutputProcessor(params, stop_ids(model, params), model.tokenizer, prompt_ids)
     for choice in picks:  # at most max_tokens of them
         piece = output.push(choice)
         if piece:

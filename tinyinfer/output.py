@@ -26,10 +26,10 @@ from tinyinfer.tokenizer import StreamingDetokenizer
 class OutputProcessor:
     """One sample's output so far: its tokens, its text, its logprobs, and why it finished (None: not yet)."""
 
-    def __init__(self, params: SamplingParams, enders: set[int], tokenizer=None):
+    def __init__(self, params: SamplingParams, enders: set[int], tokenizer=None, prompt_ids: list[int] = ()):
         self.params, self.enders = params, enders
-        # with a tokenizer: the text, shown as whole characters and cut before a stop string
-        self.detokenizer = None if tokenizer is None else StreamingDetokenizer(tokenizer)
+        # with a tokenizer: the text (which continues the prompt's), as whole characters, cut before a stop string
+        self.detokenizer = None if tokenizer is None else StreamingDetokenizer(tokenizer, context=prompt_ids)
         self.stop_matcher = None if tokenizer is None else StopMatcher(params.stop)
         self.token_ids: list[int] = []  # the output: without the end token that finished it
         self.logprobs: list[TokenChoice] | None = [] if params.logprobs is not None else None  # one per token id

@@ -126,7 +126,20 @@ def shard_config(cfg, n: int, split_experts: bool = True):
     return shard
 
 
-class TensorParallelModel(Model):
+class CountsTokens:
+    """A Model that counts the tokens and the logits rows of its forward passes, which the formulas for the
+    traffic of a split are written in (`traffic_formula`)."""
+
+    tokens = rows = shares = 0  # shares: each pass's tokens over the ranks, rounded up (expert parallelism's)
+
+    def forward(self, chunks, cache, all_logits: bool = False):
+        n_tokens = sum(len(c.tokens) for c in chunks)
+        self.tokens, self.rows = self.tokens + n_tokens, self.rows + (n_tokens if all_logits else len(chunks))
+        self.shares += -(-n_tokens // self.comm.size)
+        return super().forward(chunks, cache, all_logits)
+
+
+class TensorParallelModel(CountsTokens, Model):
     """Rank comm.rank's part of `model` (see the module docstring): the Model's forward pass on a shard, an
     all-reduce after attention and after the feed-forward, and an all-gather of the logits."""
 
@@ -159,6 +172,14 @@ class TensorParallelModel(Model):
         """This rank's V/n logits, gathered from every rank (the padding cut off).  [*, d] -> [*, V]"""
         local = super().output_logits(x)  # [*, V/n]: the final divisor and soft cap work logit by logit
         return self.comm.all_gather(local, axis=-1)[..., :self.config.vocab_size]  # -> [*, V]
+
+    def traffic_formula(self) -> dict[str, tuple[float, str]]:
+        """What this rank hands each operation for the tokens and rows so far: op -> (bytes, the formula)."""
+        cfg, T, b = self.config, self.tokens, self.dtype.itemsize
+        vocab = -(-cfg.vocab_size // self.comm.size)
+        return {"all_reduce": (2 * cfg.n_layers * T * cfg.d_model * b,
+                               f"2 x {cfg.n_layers} layers x {T} tokens x d {cfg.d_model} x {b} B"),
+                "all_gather": (self.rows * vocab * b, f"{self.rows} rows x V/n {vocab} x {b} B")}
 
 
 def check_splittable(model: Model, n: int, split_experts: bool = True) -> None:

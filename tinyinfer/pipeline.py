@@ -25,6 +25,7 @@ from __future__ import annotations
 from tinyinfer.distributed import Communicator
 from tinyinfer.errors import TinyInferError
 from tinyinfer.model import Model
+from tinyinfer.parallel import CountsTokens
 
 
 def stage_layers(n_layers: int, n: int, s: int) -> range:
@@ -36,7 +37,7 @@ def stage_layers(n_layers: int, n: int, s: int) -> range:
     return range(s * n_layers // n, (s + 1) * n_layers // n)
 
 
-class PipelineStageModel(Model):
+class PipelineStageModel(CountsTokens, Model):
     """Stage comm.rank of `model` split by layers over comm.size stages (see the module docstring)."""
 
     def __init__(self, model: Model, comm: Communicator):
@@ -69,3 +70,11 @@ class PipelineStageModel(Model):
         else:
             logits = self.xp.empty((*x.shape[:-1], self.config.vocab_size), dtype=x.dtype)  # [*, V], overwritten
         return self.comm.broadcast(logits, root=self.comm.size - 1)
+
+    def traffic_formula(self) -> dict[str, tuple[float, str]]:
+        """What this stage hands each operation for the tokens and rows so far: op -> (bytes, the formula)."""
+        cfg, T, b = self.config, self.tokens, self.dtype.itemsize
+        formula = {"broadcast": (self.rows * cfg.vocab_size * b, f"{self.rows} rows x V {cfg.vocab_size} x {b} B")}
+        if not self.is_last:
+            formula["send"] = (T * cfg.d_model * b, f"{T} tokens x d {cfg.d_model} x {b} B (one cut)")
+        return formula

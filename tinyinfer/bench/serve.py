@@ -23,8 +23,6 @@ runs on `--blas-threads` threads (1 by default) in every mode, set through threa
 from __future__ import annotations
 
 import time
-from collections import deque
-from dataclasses import dataclass
 
 import numpy as np
 from threadpoolctl import threadpool_limits
@@ -32,43 +30,15 @@ from tqdm import tqdm
 
 import tinyinfer
 from tinyinfer.bench import step
+from tinyinfer.bench.disaggregated import run_disaggregated
 from tinyinfer.bench.prompts import random_prompt
+from tinyinfer.bench.workload import (Request, Served, percentile_ms, print_latency_table, serve_engine, sleep_until,
+                                      workload_of)
 from tinyinfer.engine import LLM
 from tinyinfer.commands import at_least, positive_number
 from tinyinfer.commands.generate import add_kv_cache_dtype_argument
 from tinyinfer.errors import TinyInferError
 from tinyinfer.sampling import Sampler, SamplingParams, sequence_rngs
-
-
-@dataclass
-class Request:
-    arrival: float  # seconds after the start of the run
-    prompt_ids: list[int]
-    params: SamplingParams
-
-
-@dataclass
-class Served:
-    """One mode's run: per-request token ids, TTFT and TPOT, and the wall and CPU time it took."""
-
-    name: str
-    token_ids: list[list[int]]
-    ttft_s: list[float]
-    tpot_s: list[float]
-    wall_s: float
-    cpu_s: float  # this process's CPU time: steadier than wall time on a machine shared with other work
-
-    @property
-    def tokens(self) -> int:
-        return sum(len(ids) for ids in self.token_ids)
-
-    @property
-    def throughput(self) -> float:
-        return self.tokens / self.wall_s
-
-    @property
-    def cpu_throughput(self) -> float:
-        return self.tokens / self.cpu_s
 
 
 def add_arguments(parser) -> None:
@@ -94,6 +64,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--rounds", type=at_least(1), default=2,
                         help="runs of each mode, the modes taking turns; the fastest run of each is reported "
                         "(other work on the machine slows a run down at random, it never speeds one up)")
+    parser.add_argument("--disaggregated", action="store_true",
+                        help="under `mpirun -n 2`: a combined worker against a prefill rank and a decode rank, "
+                             "TTFT and TPOT side by side (tinyinfer/bench/disaggregated.py)")
 
 
 def run(args) -> int:
@@ -101,14 +74,15 @@ def run(args) -> int:
     BLAS waits for a busy core inside every product, so small products (a short prefill, a decode step of
     one row) turn many times slower at random and the figures would measure the machine's load."""
     with threadpool_limits(limits=args.blas_threads, user_api="blas"):
+        if args.disaggregated:
+            return run_disaggregated(args)
         return serve_and_report(args, f"BLAS threads: {args.blas_threads} for every mode")
 
 
 def serve_and_report(args, blas: str) -> int:
     model = tinyinfer.load(args.model, device=args.device, kv_cache_dtype=args.kv_cache_dtype)
     rng = np.random.default_rng(args.seed)
-    workload = make_workload(model, rng, args.requests, args.rate, parse_range(args.prompt_len, "--prompt-len"),
-                             parse_range(args.output_len, "--output-len"), args.temperature)
+    workload = workload_of(args, model, rng)
     engine = dict(block_size=args.block_size, max_num_seqs=args.concurrency,
                   max_num_batched_tokens=args.max_batched_tokens)
     print(f"model: {args.model or 'built-in'} ({model.n_params / 1e6:.2f}M parameters), device {args.device}")
@@ -141,13 +115,15 @@ def print_steady_state(model, workload: list[Request], concurrency: int) -> None
     context while decoding): the ceiling the whole run's ratio, which also pays prefills and a tail, stays under."""
     context, rows = round(np.mean([len(r.prompt_ids) + r.params.max_tokens / 2 for r in workload])), max(concurrency, 2)
     try:
-        parts, alone = step.measure(model, rows, context, repeats=10)
+        (parts, cpu), (alone, alone_cpu) = step.measure(model, rows, context, repeats=10)
     except TinyInferError as e:
         print(f"steady state: not measured ({e})")
         return
     at_most, unshared_only = step.bounds(parts, rows, alone)
+    cpu_at_most, cpu_unshared_only = step.bounds(cpu, rows, alone_cpu)
     print(f"steady state ({rows} sequences of {context}+ tokens all decoding, `bench step`): at most {at_most:.1f}x "
-          f"sequential; with no cost but the work no batch shares, {unshared_only:.1f}x")
+          f"sequential ({cpu_at_most:.1f}x per CPU second); with no cost but the work no batch shares, "
+          f"{unshared_only:.1f}x ({cpu_unshared_only:.1f}x)")
 
 
 def cost_per_million_tokens(price_per_hour: float, tokens_per_s: float) -> float:
@@ -216,31 +192,6 @@ def draw_margin(model, request: Request, want: list[int], got: list[int]) -> flo
     return float(abs(cdf[other - 1] - u if other > chosen else u - cdf[other]))
 
 
-def parse_range(text: str, flag: str) -> tuple[int, int]:
-    """"16:128" -> (16, 128)."""
-    try:
-        low, high = (int(part) for part in text.split(":"))
-    except ValueError:
-        raise TinyInferError(f"{flag} {text!r}: give MIN:MAX, e.g. 16:128") from None
-    if not 1 <= low <= high:
-        raise TinyInferError(f"{flag} {text!r}: need 1 <= MIN <= MAX")
-    return low, high
-
-
-def make_workload(model, rng, n: int, rate: float, prompt_len, output_len, temperature: float) -> list[Request]:
-    arrivals = np.cumsum(rng.exponential(1 / rate, size=n))  # Poisson process: exponential gaps
-    limit = model.config.max_seq_len
-    requests = []
-    for i, arrival in enumerate(arrivals):
-        n_prompt = int(rng.integers(prompt_len[0], prompt_len[1] + 1))
-        max_tokens = min(int(rng.integers(output_len[0], output_len[1] + 1)), limit - n_prompt)
-        if max_tokens < 1:
-            raise TinyInferError(f"--prompt-len reaches {n_prompt} tokens, the context window is {limit}: lower it")
-        params = SamplingParams(temperature=temperature, max_tokens=max_tokens, seed=i)
-        requests.append(Request(float(arrival), random_prompt(model, rng, n_prompt), params))
-    return requests
-
-
 def serve_all_modes(model, workload: list[Request], engine: dict) -> list[tuple[Served, LLM | None]]:
     """One run of each mode: sequential, static batching, continuous batching (with the engine it used)."""
     static_llm, continuous_llm = LLM(model, static=True, **engine), LLM(model, **engine)
@@ -254,7 +205,7 @@ def serve_sequential(model, workload: list[Request]) -> Served:
     out = Served("sequential", [], [], [], 0.0, 0.0)
     start, cpu_start = time.perf_counter(), time.process_time()
     for request in tqdm(workload, desc="sequential", leave=False, disable=None):
-        _sleep_until(start + request.arrival)
+        sleep_until(start + request.arrival)
         began = time.perf_counter()
         result = model.generate(request.prompt_ids, request.params)
         out.token_ids.append(result.token_ids)
@@ -262,45 +213,6 @@ def serve_sequential(model, workload: list[Request]) -> Served:
         out.tpot_s.append(result.timings.tpot_s)
     out.wall_s, out.cpu_s = time.perf_counter() - start, time.process_time() - cpu_start
     return out
-
-
-def serve_engine(llm: LLM, workload: list[Request], name: str) -> Served:
-    """Feed the requests to the engine as they arrive; step it while it has work."""
-    pending, finished = deque(enumerate(workload)), {}
-    start, cpu_start = time.perf_counter(), time.process_time()
-    with tqdm(total=len(workload), desc=name, leave=False, disable=None) as bar:
-        while pending or llm.has_unfinished():
-            while pending and start + pending[0][1].arrival <= time.perf_counter():
-                i, request = pending.popleft()
-                llm.add_request(request.prompt_ids, request.params, request_id=str(i), arrival=start + request.arrival)
-            if not llm.has_unfinished():
-                _sleep_until(start + pending[0][1].arrival)
-                continue
-            for out in llm.step():
-                if out.finished:
-                    finished[int(out.request_id)] = out
-                    bar.update(1)
-    wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
-    results = [finished[i] for i in range(len(workload))]
-    return Served(name, [r.token_ids for r in results], [r.metrics.ttft_s for r in results],
-                  [r.metrics.tpot_s for r in results], wall, cpu)
-
-
-def _sleep_until(moment: float) -> None:
-    time.sleep(max(0.0, moment - time.perf_counter()))
-
-
-def _ms(values: list[float], q: float) -> float:
-    return 1000 * float(np.percentile(values, q)) if values else float("nan")
-
-
-def print_latency_table(runs: list[Served]) -> None:
-    print(f"\n{'mode':<22}{'tokens':>8}{'wall s':>9}{'tok/s':>9}{'CPU s':>8}{'TTFT p50':>10}{'p99':>9}"
-          f"{'TPOT p50':>10}{'p99':>9}  (ms)")
-    for r in runs:
-        tpot = [t for t, ids in zip(r.tpot_s, r.token_ids) if len(ids) >= 2]
-        print(f"{r.name:<22}{r.tokens:>8}{r.wall_s:>9.2f}{r.throughput:>9.1f}{r.cpu_s:>8.2f}{_ms(r.ttft_s, 50):>10.1f}"
-              f"{_ms(r.ttft_s, 99):>9.1f}{_ms(tpot, 50):>10.2f}{_ms(tpot, 99):>9.2f}")
 
 
 def print_memory(llm: LLM, model) -> None:
@@ -344,7 +256,7 @@ def print_prefix_caching(model, rng, args, engine: dict) -> None:
     on, off = runs[True], runs[False]
     same = "yes" if on.token_ids == off.token_ids else "NO"
     print(f"\nshared prefix of {prefix_len} tokens + {suffix[0]}-{suffix[1]} own tokens, {args.prefix_requests} "
-          f"requests one after another: TTFT p50 {_ms(off.ttft_s, 50):.1f} ms without prefix caching, "
-          f"{_ms(on.ttft_s, 50):.1f} ms with it: {_ms(off.ttft_s, 50) / _ms(on.ttft_s, 50):.1f}x faster "
+          f"requests one after another: TTFT p50 {percentile_ms(off.ttft_s, 50):.1f} ms without prefix caching, "
+          f"{percentile_ms(on.ttft_s, 50):.1f} ms with it: {percentile_ms(off.ttft_s, 50) / percentile_ms(on.ttft_s, 50):.1f}x faster "
           f"(mean {np.mean(off.ttft_s) / np.mean(on.ttft_s):.1f}x, the first request fills the cache); "
           f"same tokens: {same}")

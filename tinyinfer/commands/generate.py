@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 import tinyinfer
+from tinyinfer.distribute import traffic_report
 from tinyinfer.commands.parallel_flags import add_parallel_arguments, connect_ranks, parallel_model, rank_zero_output
 from tinyinfer.errors import TinyInferError
 from tinyinfer.kv_quant import KV_CACHE_DTYPES
@@ -146,6 +147,14 @@ def constraint_factory(args, model):
     return lambda: build_constraint(kind, spec, vocabulary)
 
 
+CUT_BY = {"length": "at max_tokens (raise --max-tokens)", "stop": "by a stop string (drop --stop)"}
+
+
+def constraint_name(args) -> str:
+    """What the constraint flags ask for, in words."""
+    return "JSON" if args.json or args.json_schema else "match of the regular expression" if args.regex else "choice"
+
+
 def run(args) -> int:
     comm = connect_ranks(args)
     with rank_zero_output(comm):
@@ -162,6 +171,7 @@ def generate_on_this_rank(args, comm) -> int:
     model = parallel_model(model, comm, args)
     if comm.size > 1 and args.seed is None:  # every rank must draw the same tokens
         args.seed = comm.broadcast_object(int(np.random.default_rng().integers(2**31)))
+    comm.stats.reset()  # from here on: the model's traffic only
     routing = track_routing(model) if args.show_routing else None
     prompt, add_special = args.prompt, True
     if args.chat:
@@ -175,20 +185,30 @@ def generate_on_this_rank(args, comm) -> int:
     elif args.system:
         raise TinyInferError("--system needs --chat (a system message only exists in a chat template)")
     draft = speculation_helper(args)
-    outputs = model.generate(prompt, stream=True, constraint=constraint_factory(args, model),
+    constraints = []  # each sample's, to tell after the run whether its output is complete
+    factory = constraint_factory(args, model)
+    making = None if factory is None else lambda: constraints.append(factory()) or constraints[-1]
+    outputs = model.generate(prompt, stream=True, constraint=making,
                              add_special_tokens=add_special, draft=draft, num_speculative_tokens=4 if args.speculate is None else args.speculate,
                              lora=None if args.lora is None else "adapter", **sampling_overrides(args))
     streams = outputs if isinstance(outputs, list) else [outputs]
+    incomplete = False
     for index, stream in enumerate(streams):
         if len(streams) > 1:
             print(f"--- sample {index + 1} of {len(streams)} ---", flush=True)
         write_stream(stream)
+        if constraints and not constraints[index].is_complete():
+            incomplete = True
+            print(f"warning: the {constraint_name(args)} is not complete: the output was cut "
+                  f"{CUT_BY.get(stream.result.finish_reason, 'short')}", file=sys.stderr)
         print_logprobs(stream.result, model.tokenizer)
         print_stats(stream.result)
     warn_if_slower(stream.result.speculation for stream in streams)
     if routing is not None:
         print(routing.table(), file=sys.stderr)
-    return 0
+    if comm.size > 1:
+        print(traffic_report(model, comm), file=sys.stderr)
+    return 1 if incomplete else 0  # a constrained output cut short is not what was asked for
 
 
 def warn_if_slower(speculations) -> None:

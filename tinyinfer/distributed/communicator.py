@@ -31,6 +31,7 @@ import numpy as np
 from tinyinfer.errors import TinyInferError
 
 DEFAULT_TIMEOUT_S = 600.0  # a collective that has not completed by then means a rank is dead or elsewhere
+SPIN_S = 2e-3  # a pending operation is polled without pause this long (most complete within it), then with pauses
 MAX_PAUSE_S = 1e-3  # the longest sleep between two polls of a pending operation
 
 
@@ -39,11 +40,17 @@ class CommunicationError(TinyInferError):
 
 
 def wait_until(done, timeout_s: float, what: str, on_timeout=None) -> None:
-    """Poll `done()` until it is true, or raise a CommunicationError naming `what` after timeout_s. The pauses
-    grow up to MAX_PAUSE_S, so that ranks sharing few cores leave them to the ranks still computing."""
-    deadline, pause = time.monotonic() + timeout_s, 0.0
+    """Poll `done()` until it is true, or raise a CommunicationError naming `what` after timeout_s. For SPIN_S
+    without pause (a sleep costs far more than a collective of small arrays, whose partner is usually there
+    already), then with pauses growing up to MAX_PAUSE_S, so that a rank waiting long leaves the cores to the
+    ranks still computing."""
+    start = time.monotonic()
+    deadline, pause = start + timeout_s, 0.0
     while not done():
-        if time.monotonic() > deadline:
+        now = time.monotonic()
+        if now < start + SPIN_S:
+            continue
+        if now > deadline:
             if on_timeout is not None:
                 on_timeout()
             raise CommunicationError(f"{what} did not complete within {timeout_s:g} s: another rank has died, is "
@@ -123,6 +130,17 @@ class Communicator:
     def recv(self, shape, dtype, source: int):
         """The array rank `source` sends; the receiver knows its shape and dtype (SPMD: it runs the same step)."""
         return self._recv(tuple(shape), np.dtype(dtype), source)
+
+    def send_object(self, obj, dest: int) -> None:
+        """Send a picklable Python object to rank `dest` (its size first, then its bytes)."""
+        data = np.frombuffer(pickle.dumps(obj), dtype=np.uint8)
+        self.send(np.array([data.size], dtype=np.int64), dest)
+        self.send(data, dest)
+
+    def recv_object(self, source: int):
+        """The Python object rank `source` sends with send_object."""
+        n = int(self.recv((1,), np.int64, source)[0])
+        return pickle.loads(np.asarray(self.recv((n,), np.uint8, source)).tobytes())
 
     def all_to_all(self, parts: list):
         """parts[j] (any number of rows, the same trailing shape and dtype on every rank) goes to rank j;

@@ -188,10 +188,10 @@ class Engine:
 
     def _step(self) -> None:
         outputs = self.llm.step()
+        if self.on_step is not None:  # first: a client that has seen an output finds it in the metrics
+            self.on_step(self.llm, outputs)
         for out in outputs:
             self.routes[out.request_id].put(out)
         for out in outputs:  # a second pass: two samples of one request may finish in the same step
             if out.request_id not in self.llm.requests:  # all its samples finished
                 self.routes.pop(out.request_id, None)
-        if self.on_step is not None:
-            self.on_step(self.llm, outputs)

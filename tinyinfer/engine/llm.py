@@ -2,7 +2,8 @@
 
 Offline, a batch of prompts in, results out in the same order:
 
-    llm = LLM(model)                                              # a tinyinfer Model (tinyinfer.load)
+    llm = LLM("shakespeare")                                      # a name, folder, file or repo id, as vLLM's
+    llm = LLM(model)                                              # or a tinyinfer Model (tinyinfer.load)
     results = llm.generate(["ROMEO:", "JULIET:"], SamplingParams(max_tokens=50, temperature=0))
 
 Online (streaming), the caller owns the loop:
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 import time
 from dataclasses import dataclass
 
@@ -36,8 +38,9 @@ from tinyinfer.engine.scheduler import Scheduler, SchedulerConfig
 from tinyinfer.engine.sequence import RequestMetrics, Sequence, Status
 from tinyinfer.errors import TinyInferError, is_integer_at_least
 from tinyinfer.generation import check_request, stop_ids
+from tinyinfer.loading import load
 from tinyinfer.output import OutputProcessor
-from tinyinfer.sampling import Sampler, SamplingParams, TokenChoice, sequence_rngs
+from tinyinfer.sampling import Sampler, SamplingParams, TokenChoice, sample_batch, sequence_rngs
 
 
 DEFAULT_TOKENS_PER_SEQ = 2048  # sizes the default pool: long-context models would otherwise ask for GBs
@@ -94,6 +97,8 @@ def _count(name: str, value, hint: str = "") -> None:
 class LLM:
     """A serving engine around one Model: paged KV cache, prefix caching, continuous batching.
 
+    model: a loaded Model, or what `tinyinfer.load` takes (a built-in name, a folder, a file, a repo id),
+    loaded here as vLLM's `LLM("name")` and `LLM(model="path")` do.
     block_size: tokens per KV block. n_blocks: blocks in the pool (default: every slot can hold a full
     context). max_num_seqs: sequences running at once. max_num_batched_tokens: tokens per step (decodes and
     prefill chunks together). chunked_prefill, prefix_caching: the two optimisations, on by default.
@@ -105,9 +110,11 @@ class LLM:
     def __init__(self, model, *, block_size: int = 16, n_blocks: int | None = None, max_num_seqs: int = 32,
                  max_num_batched_tokens: int = 512, chunked_prefill: bool = True, prefix_caching: bool = True,
                  static: bool = False, kv_cache_dtype: str | None = None):
+        if isinstance(model, (str, os.PathLike)):
+            model = load(model, kv_cache_dtype=kv_cache_dtype or "auto")
         if not (hasattr(model, "forward") and hasattr(model, "config")):
-            raise TinyInferError(f"LLM needs a loaded Model, not {type(model).__name__}: write "
-                                 "LLM(tinyinfer.load('shakespeare')) (or a folder, file or repo id)")
+            raise TinyInferError(f"LLM needs a model, not {type(model).__name__}: give its name or path "
+                                 "(LLM('shakespeare'), LLM(model='path/to/folder')) or a loaded Model")
         _count("block_size", block_size, " (16 is usual)")
         self.model = model
         config = SchedulerConfig(max_num_seqs, max_num_batched_tokens, chunked_prefill, prefix_caching, static)
@@ -168,12 +175,12 @@ class LLM:
             return []
         logits = self.model.forward(batch.chunks, self.cache)  # [n_seqs, V]: the last token of each chunk
         self.scheduler.advance(batch)
-        outputs = []
-        for row, seq in enumerate(batch.sequences):
-            if seq.num_computed < seq.num_tokens or seq.status is Status.FINISHED:
-                continue  # a prefill chunk short of the end, or a padding row: nothing to sample
-            new = self._sample(seq, logits[row])
-            outputs.append(self._output(seq, new))
+        ready = [(row, seq) for row, seq in enumerate(batch.sequences)  # not a prefill chunk short of the end
+                 if seq.num_computed == seq.num_tokens and seq.status is not Status.FINISHED]  # nor a padding row
+        rows = [row for row, _ in ready]
+        ready_logits = logits if len(rows) == len(logits) else logits[rows]  # [R, V]
+        choices = sample_batch([seq.sampler for _, seq in ready], ready_logits)  # each row its own controls and draw
+        outputs = [self._output(seq, self._take(seq, choice)) for (_, seq), choice in zip(ready, choices)]
         self._log(batch)
         return outputs
         # END EXERCISE 10.3
@@ -249,14 +256,13 @@ class LLM:
     def _new_sequence(self, request_id: str, index: int, prompt_ids: list[int], params: SamplingParams, rng,
                       arrival: float, lora: str | None, constraint=None) -> Sequence:
         sampler = Sampler(params, prompt_ids, constraint, rng, self.model.vocab_limit)  # the grammar state lives here
-        output = OutputProcessor(params, stop_ids(self.model, params), self.model.tokenizer)  # as model.generate
+        output = OutputProcessor(params, stop_ids(self.model, params), self.model.tokenizer, prompt_ids)  # as generate
         return Sequence(request_id, next(self._seq_ids), prompt_ids, params, sampler, output, RequestMetrics(arrival),
                         index=index, lora=lora)
 
-    def _sample(self, seq: Sequence, logits) -> list[int]:
-        """Draw the sequence's next token and finish it by the rules of `model.generate` (its OutputProcessor;
-        max_tokens here, where generate's loop stops producing); return the tokens it gained (0 or 1)."""
-        choice = seq.sampler.sample(logits)
+    def _take(self, seq: Sequence, choice: TokenChoice) -> list[int]:
+        """Finish the sequence by the rules of `model.generate` (its OutputProcessor; max_tokens here, where
+        generate's loop stops producing) on its drawn token; return the tokens it gained (0 or 1)."""
         seq.metrics.first_token = seq.metrics.first_token or time.perf_counter()
         output = seq.output
         output.push(choice)

@@ -101,14 +101,14 @@ class HttpProtocol(H11Protocol):
     def connection_made(self, transport) -> None:
         super().connection_made(transport)
         self.peer_closed = False
-        self.loop.call_later(self.limits.head_timeout_s, self._head_deadline)
+        self._arm_head_deadline()
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
         if self.peer_closed:
             self.transport.close()  # nothing more can come from a client that closed its side
         elif not self.transport.is_closing():
-            self.loop.call_later(self.limits.head_timeout_s, self._head_deadline)
+            self._arm_head_deadline()
 
     def eof_received(self) -> bool | None:
         cycle = self.cycle
@@ -118,9 +118,16 @@ class HttpProtocol(H11Protocol):
         self._probe()
         return True  # keep the connection open for the answer
 
-    def _head_deadline(self) -> None:
-        if not self.transport.is_closing() and self.conn.their_state is h11.IDLE:
-            self.transport.close()  # still no whole request head
+    def _arm_head_deadline(self) -> None:
+        """Close the connection if, `head_timeout_s` from now, no new request has begun (`cycle` is still the
+        last one) and no whole request head has come in (h11 still waits for one)."""
+        last = self.cycle
+
+        def expire():
+            if self.cycle is last and self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+                self.transport.close()
+
+        self.loop.call_later(self.limits.head_timeout_s, expire)
 
     def _probe(self) -> None:
         if self.transport.is_closing() or self.cycle.response_complete:
@@ -407,9 +414,9 @@ class Server:
         lora = requested_adapter(self, body)  # first: a model not served here is a 404, whatever else is wrong
         salt, (stream, include_usage), tools = cache_salt(body), stream_options(body), tool_choice(body, chat)
         requests = await run_in_threadpool(engine_requests, self, body, chat)  # tokenizing and compiling block
-        submission = Submission(requests, lora, salt, arrival)
-        self.engine.submit(submission)  # or Overloaded: a 503
         reply = Reply(chat, lora or self.model_name, requests, self.model.tokenizer, None if tools is None else tools[0])
+        submission = Submission(requests, lora, salt, arrival)
+        self.engine.submit(submission)  # or Overloaded: a 503; from here on, Answer always tells the engine it is done
         return Answer(self.engine, submission, reply, stream, include_usage)
 
     async def _load_lora(self, request: Request) -> Response:
