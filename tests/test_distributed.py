@@ -22,6 +22,7 @@ import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 import time
 from functools import cache
 from pathlib import Path
@@ -51,16 +52,22 @@ MPI_TIMEOUT_S = 60  # a run past this is a hang: the test fails, it never waits 
 def mpirun_command() -> list[str] | None:
     """`mpirun -n 2` with the flags this MPI needs to start 2 processes here, or None (with the reason kept in
     `mpi_unavailable`) when it cannot."""
-    launcher = shutil.which("mpirun") or shutil.which("mpiexec")
+    launcher = find_mpirun()
     if launcher is None:
         return None
-    for flags in ([], ["--oversubscribe"]):  # Open MPI refuses more ranks than cores without it
+    for flags in ([], ["--oversubscribe"], ["--oversubscribe", "--allow-run-as-root"]):  # Open MPI's, where needed
         command = [launcher, *flags, "-n", "2"]
         probe = subprocess.run([*command, sys.executable, "-c", "from mpi4py import MPI; print(MPI.COMM_WORLD.size)"],
                                capture_output=True, text=True, timeout=MPI_TIMEOUT_S)
         if probe.returncode == 0 and "".join(probe.stdout.split()) == "22":  # two ranks' lines, maybe interleaved
             return command
     return None
+
+
+def find_mpirun() -> str | None:
+    """mpirun on the PATH, or beside this Python (the mpich wheel installs it there: a venv not activated)."""
+    path = os.pathsep.join([sysconfig.get_path("scripts"), os.path.dirname(sys.executable), os.environ.get("PATH", "")])
+    return shutil.which("mpirun", path=path) or shutil.which("mpiexec", path=path)
 
 
 def mpirun(*args, timeout: float = MPI_TIMEOUT_S, env: dict | None = None) -> subprocess.CompletedProcess:

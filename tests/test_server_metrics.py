@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import http.client
 import json
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -21,6 +23,12 @@ N_BLOCKS = 8  # 128 tokens of 16: four requests of 3 + 60 tokens cannot all hold
 @pytest.fixture(scope="module")
 def model():
     return tinyinfer.load("shakespeare")
+
+
+def finished(text: str) -> dict[str, float]:
+    """tinyinfer:request_success_total by finished_reason."""
+    return {sample.labels["finished_reason"]: sample.value for family in text_string_to_metric_families(text)
+            for sample in family.samples if sample.name == "tinyinfer:request_success_total"}
 
 
 def scrape(server) -> dict[str, float]:
@@ -45,6 +53,7 @@ def test_metrics_count_what_the_requests_got_and_the_engine_did(model):
         while llm.has_unfinished() and not deadline.wait(0.02):
             pass
         after = scrape(server)
+        assert finished(get(server, "/metrics")[1].decode()) == {"length": 4}
 
     def grew(name):
         return after[name] - before.get(name, 0)
@@ -75,3 +84,14 @@ def test_the_gauges_show_a_request_in_flight_and_its_abort(model):
         while scrape(server)["tinyinfer:kv_cache_usage_perc"] > 0 and not deadline.wait(0.05):
             pass
         assert scrape(server)["tinyinfer:num_requests_running"] == 0
+
+
+def test_the_http_bench_runs_its_checks_and_passes():
+    """`tinyinfer bench http`, small: every check it prints passes (no connection error, outputs equal to the
+    offline run, every block free after), and it reports the latencies."""
+    run = subprocess.run([sys.executable, "-m", "tinyinfer", "bench", "http", "--requests", "40", "--concurrency", "8",
+                          "--max-tokens", "4:8", "--disconnect", "0.2"], capture_output=True, text=True, timeout=300,
+                         check=False)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "connection errors: 0" in run.stdout and "every KV block free" in run.stdout
+    assert run.stdout.strip().endswith("all checks passed") and "TTFT (streams, client side): p50" in run.stdout

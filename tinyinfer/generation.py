@@ -30,7 +30,7 @@ in the context window with its max_tokens, and every other bad request, is refus
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator
 
 from tinyinfer.errors import TinyInferError, is_integer_at_least
@@ -210,7 +210,8 @@ def generate(model, prompt, params: SamplingParams | None = None, *, stream: boo
     """Generate a continuation of `prompt` (text or token ids).
 
     `params` is a SamplingParams, or give its fields as keywords (max_tokens=50, temperature=0, seed=1, ...);
-    unspecified fields come from the checkpoint's generation_config.json.
+    unspecified fields come from the checkpoint's generation_config.json (its max_new_tokens shrinks to the room the
+    context window leaves after the prompt; a max_tokens asked for that does not fit is an error).
 
     Returns a GenerationResult, or with `stream=True` a GenerationStream yielding text pieces whose `.result`
     is set at the end. With n > 1 it returns a list of them, one per sample (sample i uses generator i of the
@@ -228,7 +229,8 @@ def generate(model, prompt, params: SamplingParams | None = None, *, stream: boo
     `lora`: the name of a LoRA adapter loaded on the model with `tinyinfer.lora.load_adapter`.
     """
     stream, add_special_tokens = check_flag("stream", stream), check_flag("add_special_tokens", add_special_tokens)
-    request = check_request(model, prompt, params, overrides, lora, constraint, add_special_tokens)
+    request = check_request(model, prompt, params, overrides, lora, constraint, add_special_tokens,
+                            fit_default_length=True)
     params, prompt_ids, make_constraint = request.params, request.prompt_ids, request.make_constraint
     if draft is not None:
         check_draft(model, draft, constraint, lora, len(prompt_ids) + params.max_tokens, num_speculative_tokens)
@@ -256,14 +258,21 @@ class CheckedRequest:
 
 
 def check_request(model, prompt, params: SamplingParams | None, overrides: dict, lora: str | None = None,
-                  constraint=None, add_special_tokens: bool = True) -> CheckedRequest:
+                  constraint=None, add_special_tokens: bool = True, fit_default_length: bool = False) -> CheckedRequest:
     """Everything `generate` and the engine (`LLM.add_request`, which the server's requests go through) refuse
     before any work, in one place: bad sampling parameters, a prompt that is empty, not text or ids, or too long
     for the context window with its max_tokens, stop strings without a tokenizer to read the text, an adapter the
     model does not have, a constraint that is not one (or one object for n samples), and a constraint with
-    ignore_eos (once its grammar is complete only EOS is allowed, so nothing could follow)."""
+    ignore_eos (once its grammar is complete only EOS is allowed, so nothing could follow).
+
+    `fit_default_length` (generate's): a max_tokens the request did not give (the checkpoint's default) shrinks
+    to the room the context window leaves, as the server's does."""
+    chosen_by_default = params is None and overrides.get("max_tokens") is None
     params = resolve_params(model, params, overrides)
     prompt_ids = encode_prompt(model, prompt, add_special_tokens)
+    room = model.config.max_seq_len - len(prompt_ids)
+    if fit_default_length and chosen_by_default and room >= 1:
+        params = replace(params, max_tokens=min(params.max_tokens, room))
     check_fits(model, len(prompt_ids), params.max_tokens)
     if params.stop and model.tokenizer is None:
         raise TinyInferError("stop strings need the model's tokenizer to read the text: use stop_token_ids instead")

@@ -23,8 +23,10 @@ The exit status is 1 if a check fails.
 
 from __future__ import annotations
 
+import argparse
 import http.client
 import json
+import math
 import re
 import threading
 import time
@@ -63,18 +65,41 @@ def add_arguments(parser) -> None:
                         "(default: the built-in model)")
     parser.add_argument("--requests", type=at_least(1), default=500)
     parser.add_argument("--concurrency", type=at_least(1), default=64, help="client threads sending at once")
-    parser.add_argument("--disconnect", type=float, default=0.1, help="fraction of requests that are streams "
+    parser.add_argument("--disconnect", type=fraction, default=0.1, help="fraction of requests that are streams "
                         "hung up on after their first chunk")
-    parser.add_argument("--max-tokens", default="8:48", help="max_tokens of each request, uniform in MIN:MAX")
+    parser.add_argument("--max-tokens", type=token_range, default="8:48",
+                        help="max_tokens of each request, uniform in MIN:MAX")
     parser.add_argument("--max-num-seqs", type=at_least(1), default=32, help="sequences the engine runs at once")
     parser.add_argument("--seed", type=at_least(0), default=0)
 
 
+def fraction(text: str) -> float:
+    """An argparse type: a number from 0 to 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a fraction: give a number from 0 to 1")
+    return value
+
+
+def token_range(text: str) -> tuple[int, int]:
+    """An argparse type: MIN:MAX (or N) token counts, 1 <= MIN <= MAX."""
+    low, _, high = text.partition(":")
+    try:
+        low, high = int(low), int(high or low)
+    except ValueError:
+        low = high = 0
+    if not 1 <= low <= high:
+        raise argparse.ArgumentTypeError(f"{text!r} is not MIN:MAX with 1 <= MIN <= MAX")
+    return low, high
+
+
 def run(args) -> int:
-    low, _, high = args.max_tokens.partition(":")
     model = tinyinfer.load(args.model)
     template = ChatTemplate.for_model(args.model, required=False)
-    jobs = make_jobs(np.random.default_rng(args.seed), args.requests, args.disconnect, (int(low), int(high or low)),
+    jobs = make_jobs(np.random.default_rng(args.seed), args.requests, args.disconnect, args.max_tokens,
                      template is not None)
     from tinyinfer.engine.server import Server  # noqa: PLC0415 - the HTTP stack loads only for this bench
 
@@ -86,7 +111,7 @@ def run(args) -> int:
     print(f"model: {args.model or 'built-in'}; server on {server.url}, engine: {args.max_num_seqs} sequences at once")
     print(f"load: {args.requests} requests from {args.concurrency} clients: {sum(j.chat for j in jobs)} chat, "
           f"{sum(j.stream for j in jobs)} streamed, {sum(j.hang_up for j in jobs)} hang up after the first chunk; "
-          f"max_tokens {args.max_tokens}")
+          f"max_tokens {args.max_tokens[0]} to {args.max_tokens[1]}")
     try:
         start = time.perf_counter()
         send_all(server.server_address, jobs, args.concurrency)

@@ -80,7 +80,8 @@ def run(args) -> int:
 
 
 def serve_and_report(args, blas: str) -> int:
-    model = tinyinfer.load(args.model, device=args.device, kv_cache_dtype=args.kv_cache_dtype)
+    model = tinyinfer.load(args.model, device=args.device, kv_cache_dtype=args.kv_cache_dtype,
+                           keep_quantized=args.keep_quantized)
     rng = np.random.default_rng(args.seed)
     workload = workload_of(args, model, rng)
     engine = dict(block_size=args.block_size, max_num_seqs=args.concurrency,

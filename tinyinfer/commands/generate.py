@@ -47,8 +47,8 @@ CONSTRAINT_KINDS = ("json_schema", "json", "regex", "choice")
 
 def add_sampling_arguments(parser) -> None:
     """The flags shared by `generate` and `chat`: one per SamplingParams field."""
-    parser.add_argument("--model", default=None, help="built-in name, model folder, llama2.c .bin, or HF repo id "
-                        "(default: the built-in model)")
+    parser.add_argument("--model", default=None, help="built-in name, model folder, llama2.c .bin, .gguf file, or HF "
+                        "repo id (default: the built-in model)")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     add_kv_cache_dtype_argument(parser)
     for name, (kind, help_text) in SAMPLING_FLAGS.items():
@@ -60,9 +60,13 @@ def add_sampling_arguments(parser) -> None:
 
 
 def add_kv_cache_dtype_argument(parser) -> None:
+    """--kv-cache-dtype, and --keep-quantized: the two flags that say how a loaded model holds its numbers."""
     parser.add_argument("--kv-cache-dtype", default="auto", choices=KV_CACHE_DTYPES,
                         help="how the KV cache stores keys and values: auto (the model's dtype), float16 or int8 "
                              "(fewer bytes per token, a small error; chapter 12)")
+    parser.add_argument("--keep-quantized", action="store_true",
+                        help="a .gguf model's quantised weights stay quantised in memory, dequantised at every "
+                             "product (less memory, slower decode; chapter 12); default: dequantised once at load")
 
 
 ESCAPES = {"\\\\": "\\", "\\n": "\n", "\\t": "\t"}  # as typed on a command line -> the character
@@ -163,7 +167,8 @@ def run(args) -> int:
 
 def generate_on_this_rank(args, comm) -> int:
     """The command, run by each rank alike (the same seed on all: rank 0's), printed by rank 0."""
-    model = tinyinfer.load(args.model, device=args.device, kv_cache_dtype=args.kv_cache_dtype)
+    model = tinyinfer.load(args.model, device=args.device, kv_cache_dtype=args.kv_cache_dtype,
+                           keep_quantized=args.keep_quantized)
     if args.quantize is not None:
         quantize_model(model, args.quantize)
     if args.lora is not None:

@@ -74,7 +74,8 @@ def run(args) -> int:
     if not 0 <= args.port <= 65535:
         raise TinyInferError(f"--port {args.port} is not a port: give 0..65535 (0: any free port)")
     comm = connect_ranks(args)
-    model = tinyinfer.load(args.model, device=args.device, kv_cache_dtype=args.kv_cache_dtype)
+    model = tinyinfer.load(args.model, device=args.device, kv_cache_dtype=args.kv_cache_dtype,
+                           keep_quantized=args.keep_quantized)
     adapters = load_adapters(model, args.lora)
     model = parallel_model(model, comm, args)
     engine = dict(block_size=args.block_size, max_num_seqs=args.max_num_seqs,

@@ -138,17 +138,13 @@ class HttpProtocol(H11Protocol):
         self.loop.call_later(self.limits.probe_s, self._probe)  # once the answer streams, its writes probe
 
 
-def error_body(message: str, kind: str = "invalid_request_error", param: str | None = None) -> dict:
-    """OpenAI's error object."""
-    return {"error": {"message": message, "type": kind, "param": param, "code": None}}
-
-
-def error_response(status: int, message: str, param: str | None = None, kind: str | None = None,
+def error_response(status: int, message: str, param: str | None = None, code: str | None = None,
                    headers: dict | None = None) -> JSONResponse:
-    """An error answer; it closes the connection, since what is left of the request may still be unread."""
-    kind = kind or ("internal_server_error" if status >= 500 and status != 503 else
-                    "server_overloaded" if status == 503 else "invalid_request_error")
-    return JSONResponse(error_body(message, kind, param), status, headers={"Connection": "close", **(headers or {})})
+    """An error answer in OpenAI's shape; it closes the connection, since what is left of the request may
+    still be unread."""
+    kind = "invalid_request_error" if status < 500 else "server_overloaded" if status == 503 else "internal_server_error"
+    body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
+    return JSONResponse(body, status, headers={"Connection": "close", **(headers or {})})
 
 
 def refusal(e: Exception) -> JSONResponse:
@@ -166,6 +162,8 @@ def answers_errors(endpoint):
     async def guarded(request: Request):
         try:
             return await endpoint(request)
+        except ClientDisconnect:
+            return Response(status_code=499)  # gone while sending its body: nobody reads this
         except Exception as e:  # noqa: BLE001 - bad input, or a bug: either way the server keeps serving
             return refusal(e)
     return guarded
@@ -272,7 +270,7 @@ class Guard:
                                   "--allowed-origins to allow it")
         if self.api_key is not None and path != "/health" and not key_matches(headers, self.api_key):
             return error_response(401, "a valid API key is needed: send the header Authorization: Bearer KEY",
-                                  kind="invalid_api_key")
+                                  code="invalid_api_key")
         return None
 
 

@@ -8,7 +8,7 @@ A family module (say tinyinfer/families/mistral.py) holds, in this order:
     load_params(...)  its tensor names and load-time re-layouts -> tinyinfer's parameters (tinyinfer/weights.py)
     FAMILY            a `Family` (tinyinfer/families/family.py) naming those, its checkpoint name prefixes, its
                       embedding and output tensors, the rows its loader reorders (`lora_rows`, for LoRA adapters)
-                      and its GGUF names (`gguf_architecture`, `gguf_tensors`; None until its GGUF table is written)
+                      and its GGUF layout (`gguf`: metadata, tensor names, re-layouts; None for families GGUF does not store)
 
 Families reuse each other's readers where transformers' code does: most are a Llama body with a twist
 (tinyinfer/families/llama.py `read_body`, `load_body`); the config.json parts several share (RoPE dialects,

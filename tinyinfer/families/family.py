@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 from tinyinfer.config import Config
+from tinyinfer.gguf.architectures import GGUFLayout
 from tinyinfer.weights import Getter
 
 
@@ -28,8 +29,8 @@ class Family:
     # tinyinfer weight ("q", "k", "v", "qkv") -> the order the loader puts the file's output rows in, so a LoRA
     # adapter's lora_B rows (trained on the file's order) follow them (tinyinfer/lora.py); absent: kept in place
     lora_rows: Mapping[str, Callable[[Config], object]] = field(default_factory=dict)
-    # GGUF: the file's general.architecture for this family, and its tensor names -> the Hugging Face names this
-    # family's loader reads (e.g. "blk.{i}.attn_q.weight" -> "model.layers.{i}.self_attn.q_proj.weight").
-    # None: no GGUF mapping for this family yet.
-    gguf_architecture: str | None = None
-    gguf_tensors: Mapping[str, str] | None = None
+    # GGUF: how llama.cpp's converter stores the family (tinyinfer/gguf/architectures.py): the file's
+    # general.architecture, its metadata -> config.json, its tensor names -> the Hugging Face names this family's
+    # loader reads ("blk.{i}.attn_q" -> "model.layers.{i}.self_attn.q_proj"), the re-layouts to undo.
+    # None: no GGUF layout for this family.
+    gguf: GGUFLayout | None = None

@@ -8,6 +8,7 @@ from tinyinfer.errors import TinyInferError
 from tinyinfer.families.common import ATTENTION_BIASES, Sliding, activation, no_window
 from tinyinfer.families.family import Family
 from tinyinfer.families.llama import LLAMA_LIKE, load_body, read_body
+from tinyinfer.gguf.architectures import LLAMA_TENSORS, GGUFLayout, gemma_relayout, llama_like_config
 
 # transformers' Gemma config classes' defaults, shared by Gemma 2 and 3
 GEMMA_LIKE = dict(max_position_embeddings=8192, rms_norm_eps=1e-6, rope_theta=10000.0, head_dim=256,
@@ -35,4 +36,9 @@ def read_config(c: dict) -> dict:
     return read_gemma_body({**c, "hidden_act": hidden_act}, "hidden_act", "hidden_activation")
 
 
-FAMILY = Family("gemma", DEFAULTS, read_config, load_body)
+def gguf_config(m, names: set) -> dict:
+    return llama_like_config(m, names, "gemma") | {"hidden_act": "gelu_pytorch_tanh", "tie_word_embeddings": True}
+
+
+FAMILY = Family("gemma", DEFAULTS, read_config, load_body,
+                gguf=GGUFLayout("gemma", gguf_config, LLAMA_TENSORS, relayout=gemma_relayout))

@@ -9,6 +9,7 @@ from tinyinfer.families.common import check_window, every_but_the_nth
 from tinyinfer.families.family import Family
 from tinyinfer.families.gemma import GEMMA_LIKE, read_gemma_body
 from tinyinfer.families.llama import load_body
+from tinyinfer.gguf.architectures import GEMMA2_TENSORS, GGUFLayout, gemma_relayout, llama_like_config
 
 DEFAULTS = dict(GEMMA_LIKE, hidden_activation="gelu_pytorch_tanh", num_key_value_heads=4, query_pre_attn_scalar=256,
                 sliding_window=4096, layer_types=None, final_logit_softcapping=30.0, attn_logit_softcapping=50.0)
@@ -21,4 +22,14 @@ def read_config(c: dict) -> dict:
     return check_window(c, fields)
 
 
-FAMILY = Family("gemma2", DEFAULTS, read_config, load_body)
+def gguf_config(m, names: set) -> dict:
+    """llama.cpp scales Gemma 2's scores by head_dim^-1/2 (query_pre_attn_scalar = head_dim) and soft-caps both."""
+    c = llama_like_config(m, names, "gemma2")
+    return c | {"hidden_activation": "gelu_pytorch_tanh", "tie_word_embeddings": True,
+                "query_pre_attn_scalar": c["head_dim"], "sliding_window": m.get("attention.sliding_window", 4096),
+                "attn_logit_softcapping": m.get("attn_logit_softcapping", 50.0),
+                "final_logit_softcapping": m.get("final_logit_softcapping", 30.0)}
+
+
+FAMILY = Family("gemma2", DEFAULTS, read_config, load_body,
+                gguf=GGUFLayout("gemma2", gguf_config, GEMMA2_TENSORS, relayout=gemma_relayout))

@@ -15,6 +15,7 @@ from tinyinfer.families.common import check_window, every_but_the_nth
 from tinyinfer.families.family import Family
 from tinyinfer.families.gemma import GEMMA_LIKE, read_gemma_body
 from tinyinfer.families.llama import load_body
+from tinyinfer.gguf.architectures import GEMMA2_TENSORS, GGUFLayout, gemma_relayout, llama_like_config
 
 GEMMA3_THETAS = {"global": 1_000_000.0, "local": 10_000.0}  # transformers' Gemma3TextConfig.default_theta
 # rope_theta: per layer type, GEMMA3_THETAS
@@ -78,5 +79,19 @@ def text_config(c: dict) -> dict:
     return {**text, **outer, "model_type": "gemma3_text"}
 
 
+GGUF_LOCAL_THETA = 10_000.0  # llama.cpp's Gemma 3: the sliding layers' RoPE base is fixed, not in the file
+GGUF_PATTERN = 6  # and every sixth layer attends globally
+
+
+def gguf_config(m, names: set) -> dict:
+    c = llama_like_config(m, names, "gemma3_text")
+    layer_types = ["full_attention" if (i + 1) % GGUF_PATTERN == 0 else "sliding_attention"
+                   for i in range(c["num_hidden_layers"])]
+    return c | {"hidden_activation": "gelu_pytorch_tanh", "tie_word_embeddings": True,
+                "query_pre_attn_scalar": c["head_dim"], "sliding_window": m["attention.sliding_window"],
+                "layer_types": layer_types, "rope_local_base_freq": GGUF_LOCAL_THETA}
+
+
 FAMILY = Family("gemma3_text", DEFAULTS, read_config, load_body,
-                strip_prefixes=("language_model.",))  # a multimodal Gemma 3 keeps its text model there
+                strip_prefixes=("language_model.",),
+                gguf=GGUFLayout("gemma3", gguf_config, GEMMA2_TENSORS, relayout=gemma_relayout))  # a multimodal Gemma 3 keeps its text model there

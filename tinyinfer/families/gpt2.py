@@ -8,6 +8,7 @@ from tinyinfer.config import Config
 from tinyinfer.families.common import activation
 from tinyinfer.families.family import Family
 from tinyinfer.weights import Getter, embedding_table, norm, output_layer
+from tinyinfer.gguf.architectures import GGUFLayout, named
 
 DEFAULTS = dict(n_positions=1024, n_inner=None, layer_norm_epsilon=1e-5, activation_function="gelu_new",
                 scale_attn_weights=True, scale_attn_by_inverse_layer_idx=False, tie_word_embeddings=True)
@@ -46,4 +47,26 @@ def load_params(get: Getter, cfg: Config) -> dict:
             "final_norm": norm(get, "ln_f", cfg), "lm_head": output_layer(get, cfg, embed)}
 
 
-FAMILY = Family("gpt2", DEFAULTS, read_config, load_params, strip_prefixes=("transformer.",), embedding_name=EMBEDDING)
+def gguf_config(m, names: set) -> dict:
+    return {"model_type": "gpt2", "n_embd": m["embedding_length"], "n_layer": m["block_count"],
+            "n_head": m["attention.head_count"], "n_positions": m["context_length"],
+            "n_inner": m.get("feed_forward_length"), "layer_norm_epsilon": m["attention.layer_norm_epsilon"],
+            "tie_word_embeddings": True}  # the converter writes the embedding again as output.weight
+
+
+GGUF_CONV1D = {"attn_qkv": "attn.c_attn", "attn_output": "attn.c_proj", "ffn_up": "mlp.c_fc", "ffn_down": "mlp.c_proj"}
+GGUF_TENSORS = named({"token_embd": "wte", "position_embd": "wpe", "output_norm": "ln_f", "output": "lm_head"},
+                     {"attn_norm": "ln_1", "ffn_norm": "ln_2", **GGUF_CONV1D}, prefix="h.{i}.")
+
+
+def gguf_relayout(name: str, w, c: dict):
+    """GPT-2's Conv1D weights are [in, out]; the converter transposed them to [out, in]."""
+    return w.T.copy() if w.ndim == 2 and name in GGUF_CONV1D else w
+
+
+def gguf_reshaped(name: str, shape: tuple) -> tuple:
+    return shape[::-1] if len(shape) == 2 and name in GGUF_CONV1D else shape
+
+
+FAMILY = Family("gpt2", DEFAULTS, read_config, load_params, strip_prefixes=("transformer.",), embedding_name=EMBEDDING,
+                gguf=GGUFLayout("gpt2", gguf_config, GGUF_TENSORS, gguf_relayout, gguf_reshaped))

@@ -15,6 +15,7 @@ from tinyinfer.config import Config
 from tinyinfer.families.common import LLAMA_BIASES, Biases, Sliding, activation, biases, no_window, rope
 from tinyinfer.families.family import Family
 from tinyinfer.weights import Getter, embedding_table, linear, norm, output_layer, swiglu_mlp
+from tinyinfer.gguf.architectures import LLAMA_TENSORS, GGUFLayout, llama_like_config, llama_relayout
 
 # transformers' LlamaConfig defaults, shared by the families derived from it
 LLAMA_LIKE = dict(max_position_embeddings=2048, rms_norm_eps=1e-6, hidden_act="silu", rope_theta=10000.0,
@@ -107,5 +108,11 @@ def load_body(get: Getter, cfg: Config, mlp_params: Callable = dense_mlp,
             "lm_head": output_layer(get, cfg, embed)}
 
 
+def gguf_config(m, names: set) -> dict:
+    """A GGUF llama file's config.json (Mistral's too: the converter writes it as llama)."""
+    return llama_like_config(m, names, "llama") | {"attention_bias": "blk.0.attn_q.bias" in names}
+
+
 FAMILY = Family(
-    "llama", dict(LLAMA_LIKE, attention_bias=False, mlp_bias=False), read_body, load_body)
+    "llama", dict(LLAMA_LIKE, attention_bias=False, mlp_bias=False), read_body, load_body,
+    gguf=GGUFLayout("llama", gguf_config, LLAMA_TENSORS, relayout=llama_relayout))

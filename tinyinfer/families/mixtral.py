@@ -15,6 +15,7 @@ from tinyinfer.families.common import NO_BIASES, Biases, Sliding, expert_count, 
 from tinyinfer.families.family import Family
 from tinyinfer.families.llama import LLAMA_LIKE, load_body, read_body
 from tinyinfer.weights import Getter, experts, linear, swiglu_mlp
+from tinyinfer.gguf.architectures import LLAMA_TENSORS, GGUFLayout, llama_like_config, llama_relayout, named
 
 DEFAULTS = dict(LLAMA_LIKE, max_position_embeddings=131072, rms_norm_eps=1e-5, rope_theta=1e6,
                 num_key_value_heads=8, sliding_window=None)
@@ -65,4 +66,16 @@ def load_moe_params(get: Getter, cfg: Config) -> dict:
     return load_body(get, cfg, moe_mlp)
 
 
-FAMILY = Family("mixtral", DEFAULTS, read_config, load_params)
+def gguf_config(m, names: set) -> dict:
+    """Mixtral is written as llama with experts (expert_count), its q and k permuted as Llama's."""
+    return llama_like_config(m, names, "mixtral") | {"num_local_experts": m["expert_count"],
+                                                    "num_experts_per_tok": m["expert_used_count"], "sliding_window": None}
+
+
+GGUF_TENSORS = LLAMA_TENSORS | named({}, {
+    "ffn_gate_inp": "block_sparse_moe.gate", "ffn_gate_exps": "block_sparse_moe.experts.{e}.w1",
+    "ffn_up_exps": "block_sparse_moe.experts.{e}.w3", "ffn_down_exps": "block_sparse_moe.experts.{e}.w2"})
+
+
+FAMILY = Family("mixtral", DEFAULTS, read_config, load_params,
+                gguf=GGUFLayout("llama", gguf_config, GGUF_TENSORS, relayout=llama_relayout, experts=True))

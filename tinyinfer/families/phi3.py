@@ -20,6 +20,7 @@ from tinyinfer.families.common import NO_BIASES, window_on_every_layer
 from tinyinfer.families.family import Family
 from tinyinfer.families.llama import LLAMA_LIKE, load_body, read_body
 from tinyinfer.weights import Getter, linear
+from tinyinfer.gguf.architectures import LLAMA_TENSORS, GGUFLayout, llama_like_config, named
 
 DEFAULTS = dict(LLAMA_LIKE, max_position_embeddings=4096, rms_norm_eps=1e-5, num_key_value_heads=None,
                 sliding_window=None, original_max_position_embeddings=4096)
@@ -80,4 +81,16 @@ def load_params(get: Getter, cfg: Config) -> dict:
     return load_body(get, cfg, mlp, attention)
 
 
-FAMILY = Family("phi3", DEFAULTS, read_config, load_params)
+def gguf_config(m, names: set) -> dict:
+    c = llama_like_config(m, names, "phi3")
+    return c | {"partial_rotary_factor": m.get("rope.dimension_count", c["head_dim"]) / c["head_dim"],
+                "rms_norm_eps": m.get("attention.layer_norm_rms_epsilon", 1e-5),
+                "sliding_window": m.get("attention.sliding_window"),
+                "original_max_position_embeddings": m.get("rope.scaling.original_context_length",
+                                                          c["max_position_embeddings"])}
+
+
+GGUF_TENSORS = LLAMA_TENSORS | named({}, {"attn_qkv": "self_attn.qkv_proj", "ffn_up": "mlp.gate_up_proj"})  # fused
+
+
+FAMILY = Family("phi3", DEFAULTS, read_config, load_params, gguf=GGUFLayout("phi3", gguf_config, GGUF_TENSORS))

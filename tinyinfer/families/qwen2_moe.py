@@ -9,6 +9,7 @@ from tinyinfer.families.family import Family
 from tinyinfer.families.llama import LLAMA_LIKE
 from tinyinfer.families.mixtral import load_moe_params, read_moe
 from tinyinfer.families.qwen2 import QWEN_WINDOW
+from tinyinfer.gguf.architectures import EXPERT_TENSORS, LLAMA_TENSORS, GGUFLayout, expert_config, llama_like_config, named
 
 DEFAULTS = dict(LLAMA_LIKE | QWEN_WINDOW, max_position_embeddings=32768, num_key_value_heads=16, qkv_bias=True,
                 norm_topk_prob=False, decoder_sparse_step=1, mlp_only_layers=None, shared_expert_intermediate_size=5632)
@@ -26,4 +27,25 @@ def read_config(c: dict) -> dict:
                     shared_expert_d_ff=c.get("shared_expert_intermediate_size") or 0, moe_layers=moe_layers(c))
 
 
-FAMILY = Family("qwen2_moe", DEFAULTS, read_config, load_moe_params)
+def gguf_config(m, names: set) -> dict:
+    return llama_like_config(m, names, "qwen2_moe") | expert_config(m) | {
+        "shared_expert_intermediate_size": m.get("expert_shared_feed_forward_length", 0), "use_sliding_window": False,
+        "mlp_only_layers": []}
+
+
+GGUF_TENSORS = LLAMA_TENSORS | EXPERT_TENSORS | named({}, {
+    "ffn_gate_shexp": "mlp.shared_expert.gate_proj", "ffn_up_shexp": "mlp.shared_expert.up_proj",
+    "ffn_down_shexp": "mlp.shared_expert.down_proj", "ffn_gate_inp_shexp": "mlp.shared_expert_gate"})
+
+
+def gguf_relayout(name: str, w, c: dict):
+    """The shared expert's gate, a vector [d] in GGUF, is an nn.Linear(d, 1) weight [1, d] in the family's files."""
+    return w.reshape(1, -1) if name == "ffn_gate_inp_shexp" else w
+
+
+def gguf_reshaped(name: str, shape: tuple) -> tuple:
+    return (1, *shape) if name == "ffn_gate_inp_shexp" else shape
+
+
+FAMILY = Family("qwen2_moe", DEFAULTS, read_config, load_moe_params,
+                gguf=GGUFLayout("qwen2moe", gguf_config, GGUF_TENSORS, gguf_relayout, gguf_reshaped, experts=True))
