@@ -114,7 +114,7 @@ def _load_gguf(path: Path, device: str, dtype, tokenizer, kv_cache_dtype: str, k
     del params  # the model holds them now: kept quantised, they are freed below
     if keep_quantized:
         keep(model, gguf)
-        release_freed_memory()  # the float32 weights it replaced
+    release_freed_memory()  # what dequantising and re-laying out left behind (and the float32 weights replaced)
     return model
 
 
