@@ -12,6 +12,7 @@ from engine_helpers import assert_same_as_solo, random_prompt, solo, stories  # 
 
 import tinyinfer
 from tinyinfer.bench import serve, step
+from tinyinfer.bench import workload as bench_workload
 from tinyinfer.engine import LLM
 from tinyinfer.errors import TinyInferError
 from tinyinfer.sampling import SamplingParams
@@ -271,11 +272,11 @@ def test_bench_serve_runs_all_modes_and_finds_the_same_tokens(capsys):
 
 def test_bench_serve_tells_a_rounding_tie_from_a_bug(stories):
     rng = np.random.default_rng(9)
-    workload = serve.make_workload(stories, rng, 4, 100.0, (8, 16), (6, 10), 0.8)
+    workload = bench_workload.make_workload(stories, rng, 4, 100.0, (8, 16), (6, 10), 0.8)
     workload[2].params = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
     reference = serve.serve_sequential(stories, workload)
-    assert serve.check_same_tokens(stories, workload, reference, [serve.serve_engine(LLM(stories), workload, "x")])
-    broken = serve.Served("broken", [list(ids) for ids in reference.token_ids], [], [], 1.0, 1.0)
+    assert serve.check_same_tokens(stories, workload, reference, [bench_workload.serve_engine(LLM(stories), workload, "x")])
+    broken = bench_workload.Served("broken", [list(ids) for ids in reference.token_ids], [], [], 1.0, 1.0)
     prompt = workload[2].prompt_ids + reference.token_ids[2][:3]
     broken.token_ids[2][3] = int(stories.logits(prompt)[-1].argmin())  # greedy would never pick the least likely
     assert not serve.check_same_tokens(stories, workload, reference, [broken])
