@@ -68,32 +68,37 @@ class PipelineStageModel(CountsTokens, Model):
         if cfg.n_layers < n:
             raise TinyInferError(f"{cfg.n_layers} layers do not split over {n} pipeline stages: choose "
                                  f"--pipeline-parallel-size <= {cfg.n_layers}")
-        self.__dict__.update(model.__dict__)
-        self.comm, self.stage, self.layers = comm, s, stage_layers(cfg.n_layers, n, s)
+        self.__dict__.update(model.__dict__)  # a tensor-parallel model's shard too, with its communicator
+        self.pipe, self.stage, self.layers = comm, s, stage_layers(cfg.n_layers, n, s)
+        self.__dict__.setdefault("comm", comm)
         kept = [layer if i in self.layers else {} for i, layer in enumerate(model.params["layers"])]  # only its own
         self.params = dict(model.params, layers=kept)
 
     @property
+    def computes_logits(self) -> bool:
+        return self.is_last
+
+    @property
     def is_last(self) -> bool:
-        return self.stage == self.comm.size - 1
+        return self.stage == self.pipe.size - 1
 
     def run_layers(self, x, layers, chunks, plan, ropes, cache):
         """The previous stage's output through this stage's layers, on to the next.  [T, d] -> [T, d]"""
         if self.stage > 0:
-            x = self.comm.recv(x.shape, x.dtype, source=self.stage - 1)  # [T, d]: replaces this stage's embedding
+            x = self.pipe.recv(x.shape, x.dtype, source=self.stage - 1)  # [T, d]: replaces this stage's embedding
         x = super().run_layers(x, self.layers, chunks, plan, ropes, cache)
         if not self.is_last:
-            self.comm.send(x, dest=self.stage + 1)
+            self.pipe.send(x, dest=self.stage + 1)
         return x
 
     def forward(self, chunks, cache, all_logits: bool = False):
         """The batch through the stages in micro-batches (`micro_batches`), then the last stage's logits of all
         of them broadcast to every stage.  -> [rows, V]"""
         parts = []
-        for group in micro_batches(chunks, self.comm.size):  # a loop: super() does not work in a comprehension
+        for group in micro_batches(chunks, self.pipe.size):  # a loop: super() does not work in a comprehension
             parts.append(super().forward(group, cache, all_logits))
         logits = parts[0] if len(parts) == 1 else self.xp.concatenate(parts)  # [rows, V]
-        return self.comm.broadcast(logits, root=self.comm.size - 1)
+        return self.pipe.broadcast(logits, root=self.pipe.size - 1)
 
     def output_logits(self, x):
         """The last stage's logits; elsewhere a buffer of their shape, which the broadcast fills.  [*, d] -> [*, V]"""
@@ -102,9 +107,22 @@ class PipelineStageModel(CountsTokens, Model):
         return self.xp.empty((*x.shape[:-1], self.config.vocab_size), dtype=x.dtype)  # [*, V]
 
     def traffic_formula(self) -> dict[str, tuple[float, str]]:
-        """What this stage hands each operation for the tokens and rows so far: op -> (bytes, the formula)."""
+        """What this stage hands each operation for the tokens and rows so far: op -> (bytes, the formula); with
+        tensor parallelism inside the stage, its operations too."""
         cfg, T, b = self.config, self.tokens, self.dtype.itemsize
-        formula = {"broadcast": (self.rows * cfg.vocab_size * b, f"{self.rows} rows x V {cfg.vocab_size} x {b} B")}
+        formula = super().traffic_formula() if hasattr(super(), "traffic_formula") else {}
+        formula["broadcast"] = (self.rows * cfg.vocab_size * b, f"{self.rows} rows x V {cfg.vocab_size} x {b} B")
         if not self.is_last:
             formula["send"] = (T * cfg.d_model * b, f"{T} tokens x d {cfg.d_model} x {b} B (one cut)")
         return formula
+
+
+def pipeline_stage(model: Model, pipe: Communicator) -> PipelineStageModel:
+    """Stage pipe.rank of `model`, which may itself be a tensor-parallel shard (then each stage is a group of
+    tensor-parallel ranks, and each of them talks to the same-numbered rank of the next stage)."""
+    if type(model) is Model:
+        return PipelineStageModel(model, pipe)
+    both = type(f"PipelineStage{type(model).__name__}", (PipelineStageModel, type(model)), {})
+    stage = both.__new__(both)
+    PipelineStageModel.__init__(stage, model, pipe)
+    return stage
