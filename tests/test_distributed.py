@@ -20,10 +20,12 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import sysconfig
 import time
+import urllib.request
 from functools import cache
 from pathlib import Path
 
@@ -241,6 +243,30 @@ def test_cli_under_mpirun_prints_what_one_process_prints(flags):
     assert {op for op, _, _ in traffic} == ops
     for op, measured, formula in traffic:  # what rank 0 handed each operation, and the chapter's formula for it
         assert op == "all_to_all" or measured == formula, (op, together.stderr)
+
+
+def test_serve_over_tensor_parallel_ranks_answers_as_one_process_and_stops_on_ctrl_c():
+    command = mpirun_command()
+    if command is None:
+        pytest.skip("MPI cannot start 2 processes here (no mpirun, or no mpi4py: pip install tinyinfer[mpi])")
+    server = subprocess.Popen([*command, "-n", "2", sys.executable, "-m", "tinyinfer", "serve", "--port", "0",
+                               "--tensor-parallel-size", "2"], stderr=subprocess.PIPE, text=True)
+    try:
+        line = ""
+        while " at http" not in line:  # rank 0's "tinyinfer: serving 'shakespeare' at http://127.0.0.1:PORT/v1 ..."
+            line = server.stderr.readline()
+            assert line, "the server ended before it listened"
+        url = line.split(" at ")[1].split()[0]
+        body = json.dumps({"prompt": "ROMEO:", "max_tokens": 16, "temperature": 0}).encode()
+        request = urllib.request.Request(url + "/completions", body, {"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=MPI_TIMEOUT_S) as response:
+            text = json.load(response)["choices"][0]["text"]
+        assert text == tinyinfer.load("shakespeare").generate("ROMEO:", max_tokens=16, temperature=0).text
+        server.send_signal(signal.SIGINT)  # mpirun hands it to both ranks
+        assert server.wait(timeout=30) == 0
+        assert "Traceback" not in server.stderr.read()
+    finally:
+        server.kill()
 
 
 def test_wrong_world_size_is_an_error_on_every_rank():

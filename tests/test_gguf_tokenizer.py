@@ -16,7 +16,8 @@ from tests.conftest import shared_data
 from tinyinfer.catalogue import pulled_path
 from tinyinfer.chat import ChatTemplate
 from tinyinfer.errors import TinyInferError
-from tinyinfer.tokenizer.gguf import PRE_TOKENIZERS, chat_template_from_gguf, merges_from_scores, stop_token_ids, tokenizer_from_gguf
+from tinyinfer.chat import chat_template_from_gguf
+from tinyinfer.tokenizer.gguf import PRE_TOKENIZERS, merges_from_scores, stop_token_ids, tokenizer_from_gguf
 
 gguf = pytest.importorskip("gguf")
 transformers = pytest.importorskip("transformers")

@@ -22,21 +22,11 @@ from tinyinfer.families import load_hf_config, load_params, untie_if_the_file_di
 from tinyinfer.kv_quant import check_kv_cache_dtype
 from tinyinfer.memory import release_freed_memory
 from tinyinfer.model import Model
+from tinyinfer.param_tree import map_arrays
+from tinyinfer.resolve import DEFAULT_MODEL, resolve_path
 from tinyinfer.safetensors_io import Checkpoint
 
 DTYPES = {None: np.float32, "float32": np.float32, "fp32": np.float32, "float16": np.float16, "fp16": np.float16}
-
-
-def resolve_path(model) -> Path:
-    """A local path for `model`: an existing path as is, anything else through tinyinfer.resolve."""
-    path = Path(model).expanduser()
-    if path.exists() and str(model).strip():  # Path("") is the current folder: an empty name is refused by resolve
-        return path
-    try:
-        from tinyinfer.resolve import resolve_model  # noqa: PLC0415 - optional until built-ins exist
-    except ImportError:
-        raise TinyInferError(f"model {str(model)!r} not found: give a model folder or a llama2.c .bin file") from None
-    return resolve_model(str(model))
 
 
 def read_config(model) -> Config:
@@ -71,8 +61,6 @@ def load(model=None, device: str = "cpu", dtype=None, tokenizer=None, kv_cache_d
         if value is not None and not isinstance(value, (str, os.PathLike)):
             raise TinyInferError(f"{name} must be a name or a path (str or os.PathLike), not {type(value).__name__}")
     if model is None:
-        from tinyinfer.resolve import DEFAULT_MODEL  # noqa: PLC0415
-
         model = DEFAULT_MODEL
     path = resolve_path(model)
     if path.is_file() and path.suffix == ".json":  # config.json or the shard index: load the folder they describe
@@ -142,8 +130,6 @@ def _load_llama2c(path: Path, dtype):
 
     config, params = load_llama2c(path)
     if dtype != np.float32:
-        from tinyinfer.model import map_arrays  # noqa: PLC0415
-
         params = map_arrays(params, lambda a: a.astype(dtype))
     return config, params
 

@@ -42,7 +42,8 @@ import numpy as np
 from tinyinfer.backend import to_device, to_numpy
 from tinyinfer.distributed import Communicator
 from tinyinfer.errors import TinyInferError
-from tinyinfer.model import Model, leaves, map_arrays
+from tinyinfer.model import Model
+from tinyinfer.param_tree import leaves, map_arrays
 from tinyinfer.weights import arrange_for_matvec
 
 
