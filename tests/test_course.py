@@ -106,7 +106,7 @@ def toy_project(tmp_path, monkeypatch) -> Path:
     monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")  # its tests need no plugin: start pytest fast
     project = tmp_path / "project"
     package = project / "tinyinfer"
-    shutil.copytree(ROOT / "tinyinfer" / "course", package / "course", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "tinyinfer" / "course", package / "course", ignore=shutil.ignore_patterns("__pycache__", "prerequisites.json"))
     shutil.copy(ROOT / "tinyinfer" / "errors.py", package / "errors.py")
     (package / "__init__.py").write_text('"""A toy stand-in for tinyinfer."""\n')
     (package / "toy.py").write_text(TOY_MODULE)
