@@ -13,9 +13,9 @@ block does element by element between its matrix products:
 A decode step's attention over the paged KV cache is the fourth (`paged_decode_attention`, a CUDA RawKernel
 below): it reads keys and values straight from the pool's blocks instead of gathering a padded copy first.
 
-Each element-wise kernel is the plain expression, so on NumPy (no fuse) or on the tests' strict stand-in it is exactly what the
-unfused code computes; on CuPy it is one compiled kernel computing the same expression, equal to the plain one
-within float32 rounding of a few operations (|difference| <= 4 eps |value|: the compiler may contract a
+Each element-wise kernel is the plain expression, so on NumPy (no fuse) or on the tests' strict stand-in it is
+exactly what the unfused code computes; on CuPy it is one compiled kernel computing the same expression, equal to
+the plain one within float32 rounding of a few operations (|difference| <= 4 eps |value|: the compiler may contract a
 multiply and an add into one fused multiply-add, which rounds once instead of twice).
 
 The switch is the model's `kernels` ("plain", the default, or "fused"): `tinyinfer.load(..., kernels="fused")`.
