@@ -101,6 +101,7 @@ def test_prefix_cache_hits_keep_outputs_exact(stories):
     assert_same_as_solo(stories, prompts, params, results)
 
 
+@pytest.mark.exercise("9.2")
 def test_prefix_cache_is_reused_after_the_owner_finished(stories):
     prompt = random_prompt(np.random.default_rng(4), 40)
     llm = LLM(stories, block_size=8)
@@ -117,6 +118,7 @@ def test_disabled_prefix_cache_never_hits(stories):
     assert llm.stats().prefix_cache_hit_rate == 0
 
 
+@pytest.mark.exercise("10.1")
 def test_static_batching_is_exact_and_waits_for_the_whole_batch(stories):
     rng = np.random.default_rng(5)
     prompts = [random_prompt(rng, int(n)) for n in rng.integers(2, 30, size=8)]
@@ -131,6 +133,7 @@ def test_static_batching_is_exact_and_waits_for_the_whole_batch(stories):
     assert_same_as_solo(stories, prompts, params, results)
 
 
+@pytest.mark.exercise("10.2")
 def test_static_batching_under_preemption_is_exact_and_leaks_nothing(stories):
     rng = np.random.default_rng(8)
     prompts = [random_prompt(rng, int(n)) for n in rng.integers(2, 20, size=10)]
