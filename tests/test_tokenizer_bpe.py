@@ -63,3 +63,18 @@ def test_apply_merges_matches_textbook_loop(case):
 def test_apply_merges_equal_ranks_go_leftmost():
     ranks = {(1, 1): (0, 2)}
     assert apply_merges([1, 1, 1], ranks.get) == reference_apply_merges([1, 1, 1], ranks) == [2, 1]
+
+
+def test_a_repeated_merge_pair_takes_its_last_rank_as_hf_tokenizers_does():
+    """A merges list may hold one pair twice (hand-edited or concatenated files): the later rank wins. Here "a b"
+    comes first and again after "b c", so on "abc" the later rank lets "b c" merge first."""
+    from tokenizers import models  # noqa: PLC0415 - the reference
+
+    from tinyinfer.tokenizer.bpe import BPE  # noqa: PLC0415
+
+    vocab = {"a": 0, "b": 1, "c": 2, "ab": 3, "bc": 4}
+    merges = [("a", "b"), ("b", "c"), ("a", "b")]
+    theirs = [t.id for t in models.BPE(vocab, merges).tokenize("abc")]
+    assert theirs == [0, 4]  # a, bc: the last rank of "a b" (2) comes after "b c" (1)
+    assert BPE(vocab, merges).encode_word("abc") == theirs
+    assert BPE(vocab, merges[:2]).encode_word("abc") == [3, 2]  # without the repeat "a b" merges first
