@@ -55,7 +55,7 @@ from tiny_models import (
 
 import tinyinfer
 import tinyinfer.model
-from tinyinfer.config import config_from_hf
+from tinyinfer.families import config_from_hf
 from tinyinfer.errors import TinyInferError
 
 # head_dim 12: head_dim^-1/2 = 0.29, far from the attention multiplier

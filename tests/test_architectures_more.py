@@ -49,7 +49,7 @@ from tiny_models import (
 
 import tinyinfer
 import tinyinfer.model
-from tinyinfer.config import config_from_hf
+from tinyinfer.families import config_from_hf
 from tinyinfer.errors import TinyInferError
 
 GEMMA2 = dict(num_hidden_layers=3, head_dim=16, query_pre_attn_scalar=24, attn_logit_softcapping=8.0,

@@ -45,9 +45,10 @@ from tiny_models import (
     parity_tests,
 )
 
-from tinyinfer.config import config_from_hf
+from tinyinfer.families import config_from_hf
 from tinyinfer.errors import TinyInferError
-from tinyinfer.weights import _falcon_qkv_rows, _halves_order
+from tinyinfer.families.falcon import qkv_rows as _falcon_qkv_rows
+from tinyinfer.weights import halves_order as _halves_order
 
 # head_dim 16: StableLM's default factor, 0.25, rotates 4 coordinates (transformers fails on an odd count)
 STABLELM2_12B = dict(hidden_size=64, use_qkv_bias=True, qk_layernorm=True, use_parallel_residual=True)

@@ -505,7 +505,7 @@ def test_kv_cache_of_bad_sizes(model, kwargs):
 
 
 @pytest.mark.parametrize("kwargs, words", [
-    (dict(model="shakespeare"), ["LLM needs a loaded Model", "tinyinfer.load"]),
+    (dict(model=42), ["LLM needs a model, not int", "LLM('shakespeare')"]),  # a name or path is loaded
     (dict(block_size=0), ["block_size=0"]),
     (dict(block_size=True), ["block_size=True"]),
     (dict(n_blocks=-1), ["n_blocks=-1"]),

@@ -49,11 +49,14 @@ from tiny_models import (
 )
 
 import tinyinfer
-from tinyinfer.config import HF_ACTIVATIONS, HF_DEFAULTS, config_from_hf, load_hf_config
+from tinyinfer.families import FAMILIES, config_from_hf, load_hf_config
+from tinyinfer.families.common import HF_ACTIVATIONS
 from tinyinfer.engine.paged_cache import PagedKVCache
 from tinyinfer.errors import TinyInferError
 from tinyinfer.mlp import ACTIVATIONS
 from tinyinfer.model import Model, SeqChunk
+
+HF_DEFAULTS = {model_type: family.defaults for model_type, family in FAMILIES.items()}
 
 make_tiny_moe_models = _import_script(ROOT / "weights_scripts" / "make_tiny_moe_models.py")
 MOE_FAMILIES = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe")

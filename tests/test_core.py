@@ -11,7 +11,7 @@ import pytest
 
 import tinyinfer
 from tinyinfer.attention import attention, causal_mask
-from tinyinfer.config import config_from_hf
+from tinyinfer.families import config_from_hf
 from tinyinfer.errors import TinyInferError
 from tinyinfer.kv_cache import ContiguousKVCache
 from tinyinfer.memory import kv_bytes_per_token, param_count

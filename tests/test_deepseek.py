@@ -45,15 +45,15 @@ from tiny_models import (
 )
 
 import tinyinfer
-import tinyinfer.config
+import tinyinfer.families
 import tinyinfer.model
-from tinyinfer.config import config_from_hf
+from tinyinfer.families import config_from_hf
 from tinyinfer.engine.paged_cache import PagedKVCache
 from tinyinfer.errors import TinyInferError
 from tinyinfer.cli import main
 from tinyinfer.memory import kv_bytes_per_token
 from tinyinfer.model import SeqChunk
-from tinyinfer.weights import _mla_rope_columns
+from tinyinfer.families.deepseek_v2 import rope_columns as _mla_rope_columns
 
 YARN = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 32,
         "mscale": 1.0, "mscale_all_dim": 0.8, "beta_fast": 32, "beta_slow": 1}
@@ -219,12 +219,12 @@ def test_unsupported_or_inconsistent_options_are_refused_by_name(model_type, edi
 @pytest.mark.parametrize("model_type", ["deepseek_v2", "deepseek_v3"])
 def test_fields_left_out_of_config_json_are_read_as_transformers_reads_them(model_type, tmp_path):
     """A config.json with only the sizes (and V2's top-k, null by default): tinyinfer's Config agrees with
-    transformers' config object (the defaults of the rest, HF_DEFAULTS, are those of the config classes:
+    transformers' config object (the defaults of the rest, each family's DEFAULTS, are those of the config classes:
     tests/test_config_variants.py)."""
     sizes = dict(model_type=model_type, vocab_size=300, hidden_size=128, num_hidden_layers=5, num_attention_heads=32,
                  intermediate_size=96, moe_intermediate_size=32, num_experts_per_tok=4)
     (tmp_path / "config.json").write_text(json.dumps(sizes))
-    theirs, ours = transformers.AutoConfig.from_pretrained(tmp_path), tinyinfer.config.load_hf_config(tmp_path)
+    theirs, ours = transformers.AutoConfig.from_pretrained(tmp_path), tinyinfer.families.load_hf_config(tmp_path)
     assert (ours.n_kv_heads, ours.head_dim) == (1, theirs.kv_lora_rank + theirs.qk_rope_head_dim)
     assert ours.rotary_dim == theirs.head_dim  # transformers' rope width: qk_rope_head_dim
     assert (ours.norm_eps, ours.rope_theta, ours.max_seq_len, ours.tie_word_embeddings) == (

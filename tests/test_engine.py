@@ -284,9 +284,9 @@ def test_bench_step_times_each_part_without_disturbing_the_engine(stories, capsy
     prompts = [serve.random_prompt(stories, np.random.default_rng(i), 10 + 3 * i) for i in range(4)]
     params = SamplingParams(temperature=0.8, max_tokens=12, ignore_eos=True)
     llm = step.filled_engine(stories, prompts, params)
-    parts = step.time_parts(stories, llm, repeats=2)
-    assert parts.pop("detokenizing") == 0.0  # this model has no tokenizer: nothing to detokenize
-    assert all(seconds > 0 for seconds in parts.values()), parts
+    for parts in step.time_parts(stories, llm, repeats=2):  # wall, then CPU
+        assert parts.pop("detokenizing") == 0.0  # this model has no tokenizer: nothing to detokenize
+        assert all(seconds > 0 for seconds in parts.values()), parts
     finished = {}
     while llm.has_unfinished():
         finished.update((out.request_id, out.token_ids) for out in llm.step() if out.finished)
@@ -298,7 +298,8 @@ def test_bench_step_times_each_part_without_disturbing_the_engine(stories, capsy
                               "--context", "16", "--repeats", "2"])
     assert step.run(args) == 0
     out = capsys.readouterr().out
-    for line in ("one engine step (3 tokens)", "weight products", "attention", "sampling (3 rows)", "at most"):
+    for line in ("one engine step (3 tokens)", "weight products", "attention", "sampling (3 rows)", "at most",
+                 "engine step / its weight products"):
         assert line in out
 
 
@@ -315,3 +316,13 @@ def test_text_prompts_stop_strings_and_streamed_text_match_model_generate():
         want = model.generate(prompt, p)
         assert (out.text, out.token_ids, out.finish_reason) == (want.text, want.token_ids, want.finish_reason)
     assert results[0].finish_reason == "stop" and stop not in results[0].text
+
+
+def test_llm_builds_the_engine_from_a_name_or_a_path_as_vllm_does():
+    """LLM("shakespeare") and LLM(model=folder) load the model themselves, and generate what the model does."""
+    from tinyinfer.resolve import builtin_models  # noqa: PLC0415
+
+    greedy = SamplingParams(max_tokens=8, temperature=0)
+    want = tinyinfer.load("shakespeare").generate("ROMEO:", greedy).token_ids
+    for llm in (LLM("shakespeare"), LLM(model=builtin_models()["shakespeare"])):
+        assert llm.generate(["ROMEO:"], greedy)[0].token_ids == want

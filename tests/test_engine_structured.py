@@ -357,3 +357,24 @@ def test_padding_rows_of_the_output_layer_are_masked_by_the_engine_and_the_cli(p
                          capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert run.returncode == 0, run.stderr
     jsonschema.validate(json.loads(run.stdout), PERSON)
+
+
+def test_a_constrained_output_cut_by_max_tokens_is_reported_incomplete(server):
+    """Never presented as valid: the API says finish_reason "length" (and no tool call is made of it); the CLI
+    prints the text, a line saying the JSON is not complete, and exits 1."""
+    request = {"messages": [{"role": "user", "content": "Who art thou?"}], "max_tokens": 3, "temperature": 0,
+               "response_format": {"type": "json_schema", "json_schema": {"name": "who", "schema": {
+                   "type": "object", "properties": {"name": {"type": "string", "minLength": 20}},
+                   "required": ["name"]}}}}
+    status, body = post(server, "/v1/chat/completions", request)
+    [choice] = body["choices"]
+    assert status == 200 and choice["finish_reason"] == "length"
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(choice["message"]["content"])
+    run = subprocess.run([sys.executable, "-m", "tinyinfer", "generate", "ROMEO:", "--json", "--max-tokens", "1",
+                          "--temperature", "0"], capture_output=True, text=True, timeout=120, check=False)
+    assert run.returncode == 1 and run.stdout == "{\n"
+    assert "warning: the JSON is not complete: the output was cut at max_tokens" in run.stderr
+    done = subprocess.run([sys.executable, "-m", "tinyinfer", "generate", "ROMEO:", "--json", "--max-tokens", "50",
+                           "--temperature", "0"], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0 and "not complete" not in done.stderr and json.loads(done.stdout) is not None

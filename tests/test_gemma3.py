@@ -33,7 +33,7 @@ from tiny_models import (CAUGHT, assert_cached_decode_equals_full_recompute, ass
 
 import tinyinfer
 import tinyinfer.model
-from tinyinfer.config import config_from_hf, load_hf_config
+from tinyinfer.families import config_from_hf, load_hf_config
 from tinyinfer.engine import LLM
 from tinyinfer.errors import TinyInferError
 from tinyinfer.memory import param_count

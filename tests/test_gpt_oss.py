@@ -46,7 +46,7 @@ from transformers.models.gpt_oss import modeling_gpt_oss as hf
 import tinyinfer
 import tinyinfer.model
 from tinyinfer.attention import attention, causal_mask, decode_attention, decode_mask
-from tinyinfer.config import config_from_hf, load_hf_config
+from tinyinfer.families import config_from_hf, load_hf_config
 from tinyinfer.errors import TinyInferError
 from tinyinfer.flash_attention import tiled_attention
 from tinyinfer.moe import route_topk_softmax

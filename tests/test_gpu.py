@@ -228,3 +228,45 @@ def test_bench_serve_on_the_device_prints_the_batching_ratios(capsys):
                  "--prompt-len", "8:16", "--output-len", "4:8", "--prefix-len", "32", "--prefix-requests", "2"]) == 0
     out = capsys.readouterr().out
     assert "continuous" in out and "same tokens" in out.lower()
+
+
+# --- the parallel splits on the device (ranks as threads: the communicator's test double) -------------------------
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("model_name, splits", [
+    ("shakespeare", [dict(tensor_parallel_size=2), dict(pipeline_parallel_size=2)]),
+    ("shakespeare-moe", [dict(tensor_parallel_size=2, enable_expert_parallel=True)]),
+])
+def test_gpu_parallel_splits_give_the_single_device_logits_and_tokens(model_name, splits):
+    from tinyinfer.distribute import distribute  # noqa: PLC0415
+    from tinyinfer.distributed import run_ranks  # noqa: PLC0415
+
+    from tolerances import logits_bound  # noqa: PLC0415
+
+    whole = tinyinfer.load(model_name)
+    ids = whole.tokenizer.encode("ROMEO:\nWhat light through yonder window breaks?")
+    reference = whole.logits(ids)
+    greedy = whole.generate(ids, max_tokens=12, temperature=0.0, ignore_eos=True).token_ids
+    for split in splits:
+        def on_rank(comm, split=split):
+            part = distribute(tinyinfer.load(model_name, device="cuda"), comm, **split)
+            return part.logits(ids), part.generate(ids, max_tokens=12, temperature=0.0, ignore_eos=True).token_ids
+
+        for logits, tokens in run_ranks(2, on_rank, timeout_s=60):
+            assert isinstance(logits, np.ndarray)
+            np.testing.assert_allclose(logits, reference, rtol=0, atol=logits_bound(whole.config, reference))
+            assert tokens == greedy
+
+
+@pytest.mark.gpu
+def test_gpu_float16_weights_are_as_close_to_float32_as_the_cpu_float16_run():
+    """Weights and compute in float16 on the device. Float16 rounds every activation to 11 bits, so no fixed bound
+    is principled (see tests/test_dtypes.py): the device's float16 logits must be as close to the float32 logits as
+    the CPU's float16 run of the same weights is (within twice its largest deviation), and pick the same tokens."""
+    ids = tinyinfer.load("shakespeare").tokenizer.encode("ROMEO:\nWhat light through yonder window breaks?")
+    full = tinyinfer.load("shakespeare").logits(ids)
+    half_cpu, half_gpu = (tinyinfer.load("shakespeare", device=d, dtype="float16") for d in ("cpu", "cuda"))
+    assert half_gpu.params["embed"].dtype == np.float16
+    cpu, gpu = half_cpu.logits(ids).astype(np.float32), half_gpu.logits(ids).astype(np.float32)
+    assert np.abs(gpu - full).max() <= 2 * np.abs(cpu - full).max()
+    assert (gpu.argmax(-1) == cpu.argmax(-1)).mean() >= 0.9

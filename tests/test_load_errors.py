@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import struct
 import subprocess
 import sys
 
@@ -98,6 +99,48 @@ def test_truncated_safetensors_file(checkpoint, keep):
     assert "model.safetensors" in message and "truncated" in message
 
 
+def write_header(path, header_text: str) -> None:
+    """Replace a safetensors file's JSON header by `header_text`, keeping its tensor data."""
+    data = path.read_bytes()
+    (n,) = struct.unpack("<Q", data[:8])
+    text = header_text.encode()
+    path.write_bytes(struct.pack("<Q", len(text)) + text + data[8 + n:])
+
+
+def test_a_tensor_named_twice_in_a_header_is_refused(checkpoint):
+    """json.loads keeps the last of two equal keys: a crafted header could name the embedding twice and have
+    the second entry point at other bytes. Refused, naming the tensor."""
+    path = checkpoint / "model.safetensors"
+    (n,) = struct.unpack("<Q", path.read_bytes()[:8])
+    header = json.loads(path.read_bytes()[8:8 + n])
+    name = "model.norm.weight"
+    other = next(k for k, v in header.items() if k != name and k != "__metadata__" and v["shape"] == header[name]["shape"])
+    entries = [f"{json.dumps(k)}: {json.dumps(v)}" for k, v in header.items()] + [
+        f"{json.dumps(name)}: {json.dumps(header[other])}"]
+    write_header(path, "{" + ", ".join(entries) + "}")
+    message = load_error(checkpoint)
+    assert "model.safetensors" in message and f"names {name!r} twice" in message
+
+
+@pytest.mark.parametrize("header", ["[" * 100_000, '{"a": ' + "[" * 100_000])
+def test_a_header_nested_too_deeply_is_a_clean_error(checkpoint, header):
+    write_header(checkpoint / "model.safetensors", header)
+    message = load_error(checkpoint)  # it was a RecursionError, reported as an internal error
+    assert "model.safetensors" in message and "nests too deeply" in message
+
+
+def test_a_tensor_in_two_shards_is_refused(checkpoint):
+    tensors = load_file(checkpoint / "model.safetensors")
+    (checkpoint / "model.safetensors").unlink()
+    names = sorted(tensors)
+    save_file(tensors, checkpoint / "model-00001-of-00002.safetensors")
+    save_file({names[0]: tensors[names[0]]}, checkpoint / "model-00002-of-00002.safetensors")
+    weight_map = {name: "model-00001-of-00002.safetensors" for name in names}
+    weight_map[names[0]] = "model-00002-of-00002.safetensors"
+    (checkpoint / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    assert f"tensor {names[0]!r} is in two shards" in load_error(checkpoint)
+
+
 @pytest.mark.parametrize("name, zip_format", [("pytorch_model.bin", True), ("pytorch_model.bin", False),
                                               ("model.pt", True)])
 def test_pytorch_pickle_file_is_refused(checkpoint, name, zip_format):
@@ -148,9 +191,9 @@ WRONG_VALUES = ["x", -1, 0, None, 1.5, [], {}, True, 10**12, float("nan")]
 
 
 def test_the_config_sweep_covers_every_supported_family():
-    from tinyinfer.config import HF_CONFIG_READERS  # noqa: PLC0415
+    from tinyinfer.families import FAMILIES  # noqa: PLC0415
 
-    assert set(CONFIG_CLASSES) == set(HF_CONFIG_READERS)
+    assert set(CONFIG_CLASSES) == set(FAMILIES)
 
 
 @pytest.mark.parametrize("model_type", CONFIG_CLASSES)
@@ -160,7 +203,7 @@ def test_any_field_with_a_wrong_value_or_left_out_is_read_or_refused_by_name(mod
     TypeError deep in a reader, a division by a zero step, or a MemoryError from a trillion layers)."""
     import transformers  # noqa: PLC0415
 
-    from tinyinfer.config import config_from_hf  # noqa: PLC0415
+    from tinyinfer.families import config_from_hf  # noqa: PLC0415
 
     fields = {**tiny_models.TINY_CONFIG, **CONFIG_FIELDS.get(model_type, {})}
     base = {**getattr(transformers, CONFIG_CLASSES[model_type])(**fields).to_dict(), "model_type": model_type}

@@ -221,7 +221,7 @@ def test_total_and_active_params_match_transformers_at_real_size(name):
     total = every parameter; active = total minus the experts a token does not use."""
     import transformers
 
-    from tinyinfer.config import config_from_hf
+    from tinyinfer.families import config_from_hf
     from tinyinfer.memory import param_count
 
     fields = REAL_CONFIGS[name]

@@ -1,4 +1,6 @@
-"""Tensor parallelism (tinyinfer/parallel.py): the split model against the whole one."""
+"""Tensor parallelism (tinyinfer/parallel.py): the split model against the whole one, its ranks run as threads of
+this process (tinyinfer.distributed.run_ranks, the communicator's test double; tests/test_distributed.py runs the
+same splits over real MPI ranks). Every rank must compute the same logits as the unsplit model."""
 
 from __future__ import annotations
 
@@ -6,34 +8,42 @@ import numpy as np
 import pytest
 
 import tinyinfer
-from tinyinfer.errors import TinyInferError
-from tinyinfer.parallel import TensorParallelModel, ring_all_reduce_bytes
+from tinyinfer.distributed import run_ranks
+from tinyinfer.parallel import TensorParallelModel
 
 from tolerances import assert_close, logits_bound
 from tiny_models import TINY_CONFIG, build_with_transformers, prompt_ids, tiny_checkpoint  # noqa: F401 - a fixture
 
 
-@pytest.mark.exercise("14.1")
+def split_logits(model, n: int, ids: list[int]) -> list[np.ndarray]:
+    """Every rank's logits of `ids`, the model split over n ranks."""
+    return run_ranks(n, lambda comm: TensorParallelModel(model, comm).logits(ids), timeout_s=60)
+
+
+def assert_split_logits_match(model, n: int, ids: list[int]) -> None:
+    whole = model.logits(ids)  # [T, V]
+    for logits in split_logits(model, n, ids):  # the shards' sums add up in another order: float32 rounding
+        assert_close(logits, whole, logits_bound(model.config, whole, own_angles=False))
+
+
+@pytest.mark.exercise("14.1", "14.2")
+@pytest.mark.parametrize("name", ["shakespeare", "shakespeare-moe"])
 @pytest.mark.parametrize("n", [1, 2])
-def test_split_builtin_model_gives_the_same_logits_and_tokens(n):
-    model = tinyinfer.load("shakespeare")
-    split = TensorParallelModel(model, n)
+def test_split_builtin_model_gives_the_same_logits_and_tokens(name, n):
+    model = tinyinfer.load(name)
     ids = np.random.default_rng(0).integers(0, 2000, 40).tolist()
-    whole = model.logits(ids)  # [40, V]
-    assert_close(split.logits(ids), whole, logits_bound(model.config, whole, own_angles=False))
+    assert_split_logits_match(model, n, ids)
     params = dict(max_tokens=24, temperature=0, ignore_eos=True)
-    assert split.generate(ids, **params).token_ids == model.generate(ids, **params).token_ids
+    tokens = run_ranks(n, lambda comm: TensorParallelModel(model, comm).generate(ids, **params).token_ids)
+    assert tokens == [model.generate(ids, **params).token_ids] * n
 
 
-@pytest.mark.exercise("14.1")
+@pytest.mark.exercise("14.1", "14.2")
 @pytest.mark.parametrize("variant", ["gpt2", "llama_bias", "qwen3", "mistral_window", "llama_mqa"])
 def test_split_every_architecture(tiny_checkpoint, variant):
-    """Biases, per-head q/k norms, sliding windows, GPT-2's stacked c_attn; MQA only splits over 1 device."""
+    """Biases, per-head q/k norms, sliding windows, GPT-2's stacked c_attn; MQA only splits over 1 rank."""
     model = tinyinfer.load(tiny_checkpoint(variant))
-    n = 1 if model.config.n_kv_heads == 1 else 2
-    ids = prompt_ids(20)
-    whole = model.logits(ids)  # [20, V]
-    assert_close(TensorParallelModel(model, n).logits(ids), whole, logits_bound(model.config, whole, own_angles=False))
+    assert_split_logits_match(model, 1 if model.config.n_kv_heads == 1 else 2, prompt_ids(20))
 
 
 # transformers config class -> fields over tests/tiny_models.TINY_CONFIG: the blocks and norms of newer families
@@ -53,25 +63,16 @@ def test_split_newer_families(config_class, tmp_path):
     """Parallel blocks, multipliers, fused rows reordered at load and per-head q/k norm gains (which go with
     their heads) split like the rest."""
     folder = build_with_transformers(tmp_path / "m", config_class, {**TINY_CONFIG, **SPLIT_FAMILIES[config_class]})
-    model = tinyinfer.load(folder)
-    ids = prompt_ids(20)
-    whole = model.logits(ids)  # [20, V]
-    assert_close(TensorParallelModel(model, 2).logits(ids), whole, logits_bound(model.config, whole, own_angles=False))
+    assert_split_logits_match(tinyinfer.load(folder), 2, prompt_ids(20))
 
 
-def test_two_all_reduces_per_layer_are_counted():
+def test_two_all_reduces_per_layer_and_one_gather_are_counted():
     model = tinyinfer.load("shakespeare")
-    split = TensorParallelModel(model, 2)
-    split.logits(list(range(10)))
+
+    def bytes_sent(comm):
+        TensorParallelModel(model, comm).logits(list(range(10)))
+        return dict(comm.stats.bytes)
+
     activation = 10 * model.config.d_model * 4  # [T, d] in float32
-    assert split.bytes_per_device == model.config.n_layers * 2 * ring_all_reduce_bytes(activation, 2)
-
-
-def test_what_cannot_be_split_is_a_clear_error():
-    model = tinyinfer.load("shakespeare")  # 2 KV heads, 512 hidden units
-    with pytest.raises(TinyInferError, match="num_key_value_heads=2 does not split over 4 devices"):
-        TensorParallelModel(model, 4)
-    with pytest.raises(TinyInferError, match="integer >= 1"):
-        TensorParallelModel(model, 0)
-    with pytest.raises(TinyInferError, match="Mixture-of-Experts"):
-        TensorParallelModel(tinyinfer.load("shakespeare-moe"), 2)
+    expected = {"all_reduce": model.config.n_layers * 2 * activation, "all_gather": 10 * model.config.vocab_size // 2 * 4}
+    assert run_ranks(2, bytes_sent) == [expected, expected]

@@ -246,7 +246,7 @@ def test_a_client_that_leaves_before_a_whole_answer_is_aborted_too(server):
     generated_before, total = llm.generated_tokens, 4 * 300
     body = json.dumps({"prompt": "JULIET:", "max_tokens": 300, "n": 4, "ignore_eos": True}).encode()
     client = socket.create_connection(server.server_address[:2])
-    client.sendall(b"POST /v1/completions HTTP/1.1\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+    client.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
     deadline = time.monotonic() + 20
     while llm.generated_tokens == generated_before and time.monotonic() < deadline:
         time.sleep(0.005)  # until the engine runs it

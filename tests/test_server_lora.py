@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import urllib.error
 import urllib.request
 
 import pytest
@@ -176,3 +177,40 @@ def test_cli_refuses_adapter_names_that_clash(argv, words, capsys):
     assert main(["serve", "--port", "0", *argv]) == 1
     err = capsys.readouterr().err
     assert err.startswith("error: ") and words in err and err.count("\n") == 1
+
+
+def test_adapters_load_and_unload_at_run_time_as_vllm_does(reference):
+    """POST /v1/load_lora_adapter and /v1/unload_lora_adapter (vLLM's), served only when asked for."""
+    model = tinyinfer.load("shakespeare")
+    server = Server(LLM(model), port=0, model_name="shakespeare", runtime_lora=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        def answer(path, body) -> tuple[int, bytes]:
+            request = urllib.request.Request(server.url + path, json.dumps(body).encode())
+            try:
+                with urllib.request.urlopen(request, timeout=60) as response:
+                    return response.status, response.read()
+            except urllib.error.HTTPError as e:
+                return e.code, e.read()
+
+        assert post(server, "/v1/completions", {"model": "late", "prompt": "ROMEO:"})[0] == 404
+        assert answer("/v1/load_lora_adapter", {"lora_name": "late", "lora_path": SHOUT}) == (
+            200, b"Success: LoRA adapter 'late' added successfully.")
+        assert [card["id"] for card in json.load(urllib.request.urlopen(server.url + "/v1/models"))["data"]] == [
+            "shakespeare", "late"]
+        want = reference.generate("ROMEO:", max_tokens=12, temperature=0, lora="shout").text
+        assert completion(server, "late", max_tokens=12, temperature=0)["choices"][0]["text"] == want
+        assert answer("/v1/load_lora_adapter", {"lora_name": "late", "lora_path": SHOUT})[0] == 400
+        assert answer("/v1/load_lora_adapter", {"lora_name": "x", "lora_path": "/no/such/folder"})[0] == 400
+        assert answer("/v1/unload_lora_adapter", {"lora_name": "late"})[0] == 200
+        assert post(server, "/v1/completions", {"model": "late", "prompt": "ROMEO:"})[0] == 404
+        assert answer("/v1/unload_lora_adapter", {"lora_name": "late"})[0] == 404
+    finally:
+        server.shutdown()
+        server.close()
+
+
+def test_runtime_adapter_loading_is_off_unless_asked(server):
+    status, body = post(server, "/v1/load_lora_adapter", {"lora_name": "x", "lora_path": SHOUT})
+    assert status == 404 and "no endpoint" in body["error"]["message"]

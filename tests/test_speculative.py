@@ -11,7 +11,9 @@ import pytest
 
 import tinyinfer
 from tinyinfer.errors import TinyInferError
-from tinyinfer.speculative import residual, verify
+from tinyinfer.model import SeqChunk
+from tinyinfer.sampling import Sampler, SamplingParams
+from tinyinfer.speculative import PromptLookup, SpeculationStats, lookup, residual, verify
 
 
 @pytest.fixture(scope="module")
@@ -130,6 +132,75 @@ def test_sampling_with_a_draft_matches_the_target_statistics(target, draft):
         assert abs(counts[token] - n * p) < 5 * np.sqrt(n * p * (1 - p)) + 1, (token, counts[token], n * p)
 
 
+REPEATING = "ROMEO:\nO, what's the matter?\n\nJULIET:\nO, what's the matter?\n\nROMEO:\nO, what"
+
+
+def test_lookup_takes_the_longest_suffix_at_its_latest_occurrence():
+    tokens = np.array([7, 1, 2, 8, 3, 2, 9, 4, 1, 2])
+    assert lookup(tokens, 3, 1, 3) == [8, 3, 2]  # "1 2" (two tokens) beats the later "2" alone
+    assert lookup(tokens, 3, 1, 1) == [9, 4, 1]  # "2" alone: its latest earlier occurrence, at 5
+    assert lookup(tokens, 3, 3, 3) == []  # "4 1 2" never occurred before
+    assert lookup(np.array([5, 5, 5]), 4, 1, 2) == [5]  # overlapping occurrences; no more text than there is
+    assert lookup(np.array([5]), 4, 1, 3) == []
+
+
+@pytest.mark.parametrize("k, longest", [(1, 1), (3, 3), (6, 2)])
+def test_greedy_with_prompt_lookup_is_the_target_greedy_token_for_token(target, k, longest):
+    plain = target.generate(REPEATING, max_tokens=80, temperature=0, ignore_eos=True)
+    fast = target.generate(REPEATING, max_tokens=80, temperature=0, ignore_eos=True, num_speculative_tokens=k,
+                           draft=PromptLookup(prompt_lookup_max=longest))
+    assert (fast.token_ids, fast.text) == (plain.token_ids, plain.text)
+    s = fast.speculation
+    assert s.tokens == 80 and 0 < s.accepted < s.proposed and s.target_steps < 80  # guesses made, kept, rejected
+    assert target.generate(REPEATING, max_tokens=80, temperature=0, ignore_eos=True, draft="ngram").token_ids == plain.token_ids
+
+
+def exact_distribution(model, params, prompt_ids, output_ids) -> np.ndarray:
+    """[V] what `model` samples after prompt + output under `params`, from a forward pass of its own."""
+    sampler = Sampler(params, prompt_ids)
+    sampler.output_ids = list(output_ids)
+    ids = prompt_ids + list(output_ids)
+    logits = model.forward([SeqChunk(0, 0, ids)], model.new_cache(1, len(ids)))  # [1, V]
+    return sampler.probs(np.asarray(logits[0]))
+
+
+def test_sampling_with_prompt_lookup_gives_the_target_joint_distribution(target):
+    """The first three sampled tokens (top-k 3, so 27 outcomes) over many seeds: each outcome's count is within
+    5 standard deviations of its exact probability, computed from the target alone. Rounds 2 and 3 guess from
+    the repeating prompt, so kept guesses, rejections and residual draws all take part."""
+    params = SamplingParams(temperature=1.0, top_k=3, max_tokens=4, ignore_eos=True)
+    prompt = target.tokenizer.encode(REPEATING)
+    exact = {}
+    p1 = exact_distribution(target, params, prompt, [])
+    for a in np.flatnonzero(p1):
+        p2 = exact_distribution(target, params, prompt, [a])
+        for b in np.flatnonzero(p2):
+            p3 = exact_distribution(target, params, prompt, [a, b])
+            for c in np.flatnonzero(p3):
+                exact[(int(a), int(b), int(c))] = p1[a] * p2[b] * p3[c]
+    n, counts, accepted, proposed = 800, dict.fromkeys(exact, 0), 0, 0
+    for seed in range(n):
+        result = target.generate(REPEATING, temperature=1.0, top_k=3, max_tokens=4, ignore_eos=True, seed=seed,
+                                 draft="ngram", num_speculative_tokens=2)
+        counts[tuple(result.token_ids[:3])] += 1  # a KeyError would be an outcome the target never samples
+        accepted, proposed = accepted + result.speculation.accepted, proposed + result.speculation.proposed
+    assert 0 < accepted < proposed
+    for outcome, p in exact.items():
+        assert abs(counts[outcome] - n * p) < 5 * np.sqrt(n * p * (1 - p)) + 1, (outcome, counts[outcome], n * p)
+
+
+def test_stats_compare_guessing_rounds_with_the_plain_step():
+    s = SpeculationStats()
+    s.count(0, 1, 0.010)  # a round without guesses: a plain step of 10 ms a token
+    s.count(0, 1, 0.012)
+    assert s.speed_up is None and not s.slower_than_plain  # no guessing round yet
+    s.count(4, 3, 0.024)  # 3 tokens in 24 ms: 8 ms a token
+    assert (s.proposed, s.accepted, s.target_steps, s.tokens) == (4, 2, 3, 5)
+    assert s.speed_up == pytest.approx(1.25) and not s.slower_than_plain
+    s.count(4, 1, 0.020)  # 4 tokens in 44 ms: 11 ms a token, slower than the 10 ms plain step
+    assert s.speed_up == pytest.approx(10 / 11) and s.slower_than_plain
+
+
 def test_bad_drafts_and_settings_are_clear_errors(target, draft):
     with pytest.raises(TinyInferError, match="num_speculative_tokens"):
         target.generate("ROMEO:", max_tokens=5, draft=draft, num_speculative_tokens=0)
@@ -143,6 +214,12 @@ def test_bad_drafts_and_settings_are_clear_errors(target, draft):
     short.config = dataclasses.replace(draft.config, max_seq_len=16)
     with pytest.raises(TinyInferError, match="context window of 16"):
         target.generate("ROMEO:", max_tokens=30, draft=short)
+    with pytest.raises(TinyInferError, match="not str"):
+        target.generate("ROMEO:", max_tokens=5, draft="eagle")
+    with pytest.raises(TinyInferError, match="prompt_lookup_min=2, prompt_lookup_max=1"):
+        PromptLookup(prompt_lookup_max=1, prompt_lookup_min=2)
+    with pytest.raises(TinyInferError, match="constraint"):
+        target.generate("ROMEO:", max_tokens=5, draft="ngram", constraint=object())
 
 
 def test_cli_generate_with_a_draft_prints_the_same_text_and_the_guess_statistics(capsys):
@@ -156,3 +233,30 @@ def test_cli_generate_with_a_draft_prints_the_same_text_and_the_guess_statistics
     assert out.out == plain and "guesses kept" in out.err
     assert main(args + ["--speculate", "3"]) == 1
     assert "--speculate needs --draft" in capsys.readouterr().err
+    assert main(args + ["--speculative-method", "ngram", "--speculate", "3", "--prompt-lookup-max", "2"]) == 0
+    out = capsys.readouterr()
+    assert out.out == plain and "guesses kept" in out.err
+    assert main(args + ["--speculative-method", "ngram", "--draft", "shakespeare-draft"]) == 1
+    assert "drop --draft" in capsys.readouterr().err
+    assert main(args + ["--speculative-method", "ngram", "--prompt-lookup-max", "0"]) == 1
+    assert "prompt_lookup_max=0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("speed_up, warnings", [(0.5, 1), (1.5, 0)])
+def test_cli_warns_once_when_speculation_measured_slower_than_plain_decoding(capsys, monkeypatch, speed_up, warnings):
+    from tinyinfer.cli import main  # noqa: PLC0415
+
+    monkeypatch.setattr(SpeculationStats, "speed_up", property(lambda self: speed_up))  # the timing, fixed
+    args = ["generate", "ROMEO:", "--max-tokens", "10", "--draft", "shakespeare-draft", "-n", "2", "--seed", "1"]
+    assert main(args) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert sum(line.startswith("warning: speculation ran at 0.50x the speed of plain decoding") for line in err) == warnings
+
+
+def test_bench_speculative_compares_both_methods_with_the_same_tokens(capsys):
+    from tinyinfer.cli import main  # noqa: PLC0415
+
+    assert main(["bench", "speculative", "--task", "repeat", "--tokens", "12", "--rounds", "1", "-k", "2"]) == 0
+    rows = {line.split("  ")[0].strip(): line for line in capsys.readouterr().out.splitlines()}
+    assert set(rows) >= {"no speculation", "draft_model k = 2", "ngram k = 2"}
+    assert rows["draft_model k = 2"].endswith("yes") and rows["ngram k = 2"].endswith("yes")  # greedy: same tokens

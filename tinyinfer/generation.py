@@ -28,7 +28,7 @@ in the context window with its max_tokens is refused before any work is done.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterator
 
 from tinyinfer.errors import TinyInferError, is_integer_at_least
@@ -207,7 +207,7 @@ def _run(model, prompt_ids: list[int], sampler: Sampler, out: GenerationStream, 
     else:
         picks = speculative_tokens(model, draft, prompt_ids, sampler, k, timings, speculation)
     enders = stop_ids(model, params)
-    detok = _detokenizer(model)
+    detok = _detokenizer(model, prompt_ids)
     matcher = StopMatcher(params.stop)
     tokens, choices, pieces, finish_reason = [], [], [], "length"
     for choice in picks:
@@ -238,12 +238,12 @@ def _run(model, prompt_ids: list[int], sampler: Sampler, out: GenerationStream, 
     )
 
 
-def _detokenizer(model):
+def _detokenizer(model, prompt_ids: list[int]):
     if model.tokenizer is None:
         return None
     from tinyinfer.tokenizer import StreamingDetokenizer  # noqa: PLC0415
 
-    return StreamingDetokenizer(model.tokenizer)
+    return StreamingDetokenizer(model.tokenizer, context=prompt_ids)  # the text continues the prompt's
 
 
 def generate(model, prompt, params: SamplingParams | None = None, *, stream: bool = False, constraint=None,
@@ -252,7 +252,8 @@ def generate(model, prompt, params: SamplingParams | None = None, *, stream: boo
     """Generate a continuation of `prompt` (text or token ids).
 
     `params` is a SamplingParams, or give its fields as keywords (max_tokens=50, temperature=0, seed=1, ...);
-    unspecified fields come from the checkpoint's generation_config.json.
+    unspecified fields come from the checkpoint's generation_config.json (its max_new_tokens shrinks to the room the
+    context window leaves after the prompt; a max_tokens asked for that does not fit is an error).
 
     Returns a GenerationResult, or with `stream=True` a GenerationStream yielding text pieces whose `.result`
     is set at the end. With n > 1 it returns a list of them, one per sample (sample i uses generator i of the
@@ -262,29 +263,26 @@ def generate(model, prompt, params: SamplingParams | None = None, *, stream: boo
     function making a fresh one (needed with n > 1: each sample walks its own grammar state).
 
     `draft`: a smaller Model with the same tokenizer, for speculative decoding: it guesses
-    `num_speculative_tokens` tokens per round and the model checks them in one pass (tinyinfer/speculative.py).
+    `num_speculative_tokens` tokens per round and the model checks them in one pass (tinyinfer/speculative.py);
+    or "ngram" (a `PromptLookup`): the guesses are the tokens that followed the text's last tokens earlier on.
     The tokens follow the same distribution (at temperature 0: the very same tokens); the result's
     `.speculation` says how many guesses were kept.
 
     `lora`: the name of a LoRA adapter loaded on the model with `tinyinfer.lora.load_adapter`.
     """
+    chosen_by_default = params is None and overrides.get("max_tokens") is None
     params = resolve_params(model, params, overrides)
     stream, add_special_tokens = check_flag("stream", stream), check_flag("add_special_tokens", add_special_tokens)
     prompt_ids = encode_prompt(model, prompt, add_special_tokens)
+    room = model.config.max_seq_len - len(prompt_ids)
+    if chosen_by_default and room >= 1:  # the checkpoint's default length shrinks to the room left, as the server's does
+        params = replace(params, max_tokens=min(params.max_tokens, room))
     check_fits(model, len(prompt_ids), params.max_tokens)
     if params.stop and model.tokenizer is None:
         raise TinyInferError("stop strings need the model's tokenizer to read the text: use stop_token_ids instead")
     check_adapter(model, lora)
     if draft is not None:
-        if lora is not None:
-            raise TinyInferError("speculative decoding with a LoRA adapter is not supported (the draft model has no "
-                                 "adapter): drop the draft, or merge the adapter into the model first")
-        if not isinstance(draft, type(model)):
-            raise TinyInferError(f"draft must be a Model like the one it helps, not {type(draft).__name__}: "
-                                 "load it first, e.g. draft=tinyinfer.load('shakespeare-draft')")
-        check_draft(model, draft, constraint, len(prompt_ids) + params.max_tokens)
-        if not is_integer_at_least(num_speculative_tokens):
-            raise TinyInferError(f"num_speculative_tokens={num_speculative_tokens!r} (--speculate) is invalid: give an integer >= 1")
+        check_draft(model, draft, constraint, lora, len(prompt_ids) + params.max_tokens, num_speculative_tokens)
     make_constraint = constraint_maker(constraint, params.n)
     streams = [
         GenerationStream(model, prompt_ids, Sampler(params, prompt_ids, make_constraint(), rng, model.vocab_limit),

@@ -3,6 +3,7 @@
 What `model` may be:
 - a Hugging Face model folder (config.json + safetensors [+ tokenizer.json, generation_config.json]);
 - a llama2.c checkpoint file (`.bin` with a llama2.c header), its tokenizer.bin found beside it;
+- a GGUF file (llama.cpp's format: weights, tokenizer and chat template in one file; tinyinfer/gguf/);
 - a built-in model name or a Hugging Face repo id (resolved by tinyinfer/resolve.py, when present).
 PyTorch pickles (.bin/.pt files inside an HF folder) are never unpickled: convert them to safetensors.
 """
@@ -15,12 +16,13 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from tinyinfer.config import Config, load_hf_config, read_json
+from tinyinfer.config import Config, read_json
 from tinyinfer.errors import TinyInferError
+from tinyinfer.families import load_hf_config, load_params, untie_if_the_file_disagrees
 from tinyinfer.kv_quant import check_kv_cache_dtype
+from tinyinfer.memory import release_freed_memory
 from tinyinfer.model import Model
 from tinyinfer.safetensors_io import Checkpoint
-from tinyinfer.weights import load_params, untie_if_the_file_disagrees
 
 DTYPES = {None: np.float32, "float32": np.float32, "fp32": np.float32, "float16": np.float16, "fp16": np.float16}
 
@@ -42,18 +44,25 @@ def read_config(model) -> Config:
     path = resolve_path(model)
     if path.is_dir() or path.suffix in (".json", ".safetensors"):
         return load_hf_config(path if path.is_dir() else path.parent)
+    if is_gguf(path):
+        from tinyinfer.gguf.model_file import read_gguf_config  # noqa: PLC0415
+
+        return read_gguf_config(path)
     from tinyinfer.llama2c import llama2c_config  # noqa: PLC0415
 
     return llama2c_config(path)
 
 
-def load(model=None, device: str = "cpu", dtype=None, tokenizer=None, kv_cache_dtype: str = "auto") -> Model:
-    """Load a model (folder, llama2.c file, built-in name or repo id) onto `device` ("cpu" or "cuda").
+def load(model=None, device: str = "cpu", dtype=None, tokenizer=None, kv_cache_dtype: str = "auto",
+         keep_quantized: bool = False) -> Model:
+    """Load a model (folder, llama2.c file, GGUF file, built-in name or repo id) onto `device` ("cpu" or "cuda").
 
     `dtype`: the compute dtype, "float32" (default; exact parity) or "float16" (halves memory; for GPUs).
     `tokenizer`: a path to use instead of the tokenizer found with the model.
     `kv_cache_dtype`: how its KV caches store keys and values: "auto" (the compute dtype), "float16" or "int8"
     (tinyinfer/kv_quant.py).
+    `keep_quantized`: a GGUF file's quantised weights stay in its blocks, dequantised on every product, instead
+    of once at load (less memory, slower decode: tinyinfer/gguf/model_file.py).
     """
     check_kv_cache_dtype(kv_cache_dtype)
     if not (dtype is None or isinstance(dtype, str)) or dtype not in DTYPES:
@@ -72,6 +81,10 @@ def load(model=None, device: str = "cpu", dtype=None, tokenizer=None, kv_cache_d
     if path.is_file() and _is_pytorch_pickle(path):
         raise TinyInferError(f"{path} is a PyTorch pickle, which tinyinfer never unpickles: convert it to safetensors "
                              "(load it with transformers and call save_pretrained(folder, safe_serialization=True))")
+    if keep_quantized and not is_gguf(path):
+        raise TinyInferError(f"keep_quantized applies to GGUF files only; {path} is not one")
+    if path.is_file() and is_gguf(path):
+        return _load_gguf(path, device, compute_dtype, tokenizer, kv_cache_dtype, keep_quantized)
     if path.is_file() and path.suffix != ".safetensors":
         config, params, generation_config = *_load_llama2c(path, compute_dtype), {}
         tokenizer_path = tokenizer or _find_llama2c_tokenizer(path)
@@ -88,6 +101,33 @@ def load(model=None, device: str = "cpu", dtype=None, tokenizer=None, kv_cache_d
         tokenizer_path = tokenizer or (folder if (folder / "tokenizer.json").exists() else None)
     return Model(config, params, _load_tokenizer(tokenizer_path), device, generation_config, compute_dtype,
                  kv_cache_dtype)
+
+
+def is_gguf(path: Path) -> bool:
+    """A .gguf file, or any file that starts with GGUF's magic."""
+    if path.suffix == ".gguf":
+        return True
+    if not path.is_file():
+        return False
+    with open(path, "rb") as f:
+        return f.read(4) == b"GGUF"
+
+
+def _load_gguf(path: Path, device: str, dtype, tokenizer, kv_cache_dtype: str, keep_quantized: bool) -> Model:
+    from tinyinfer.gguf.model_file import keep_quantized as keep, load_gguf  # noqa: PLC0415
+
+    if keep_quantized and device != "cpu":
+        raise TinyInferError("keep_quantized runs on the CPU only: load the GGUF file dequantised on a GPU")
+    with tqdm(total=1, desc=f"loading {path.name}", unit="model", disable=None, leave=False) as bar:
+        config, params, gguf_tokenizer, gguf = load_gguf(path, dtype)
+        bar.update(1)
+    model = Model(config, params, _load_tokenizer(tokenizer) if tokenizer else gguf_tokenizer, device, {}, dtype,
+                  kv_cache_dtype)
+    del params  # the model holds them now: kept quantised, they are freed below
+    if keep_quantized:
+        keep(model, gguf)
+        release_freed_memory()  # the float32 weights it replaced
+    return model
 
 
 def _is_pytorch_pickle(path: Path) -> bool:

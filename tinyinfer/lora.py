@@ -43,9 +43,9 @@ import numpy as np
 
 from tinyinfer.backend import to_device
 from tinyinfer.errors import TinyInferError
+from tinyinfer.families import family_of
 from tinyinfer.resolve import BUILTIN_DIR
 from tinyinfer.safetensors_io import Checkpoint
-from tinyinfer.weights import PARAM_BUILDERS, _falcon_qkv_rows, _halves_order, _neox_qkv, cohere_params
 
 
 @dataclass
@@ -171,6 +171,21 @@ def load_adapter(model, name: str, folder) -> None:
     model.adapters.names.append(name)
 
 
+def unload_adapter(model, name: str) -> None:
+    """Take the adapter `name` off `model` (the base weights were never changed, so nothing else is)."""
+    check_adapter(model, name)
+
+    def walk(params):
+        for value in params.values() if isinstance(params, dict) else params:
+            if isinstance(value, LoraWeight):
+                value.updates.pop(name, None)
+            elif isinstance(value, (dict, list)):
+                walk(value)
+
+    walk(model.params["layers"])
+    model.adapters.names.remove(name)
+
+
 def builtin_adapters() -> dict[str, Path]:
     """Built-in adapter name -> its folder inside the package (tinyinfer/models/<name>/)."""
     if not BUILTIN_DIR.is_dir():
@@ -238,19 +253,12 @@ def _pairs(names: list[str]) -> dict[str, dict[str, str]]:
 ALL = slice(None)
 
 
-# Where the loader reorders a projection's output rows (tinyinfer/weights.py), lora_B's rows follow the same order,
-# taken from the loader itself:
-def _qkv_rows_of_neox(cfg) -> np.ndarray:
-    """GPT-NeoX's head-by-head query_key_value: the loader's reordering applied to row numbers."""
-    return _neox_qkv(np.arange(3 * cfg.d_model), cfg)
-
-
-def _qk_rows(cfg, part: str):
-    """The rows of q_proj, k_proj or v_proj as loaded: Cohere's q and k coordinates are reordered per head from
-    interleaved RoPE pairs into halves (weights.cohere_attention); every other model keeps them."""
-    if part == "v" or PARAM_BUILDERS[cfg.model_type][0] is not cohere_params:
-        return ALL
-    return _halves_order(cfg.n_heads if part == "q" else cfg.n_kv_heads, cfg.head_dim)
+def _rows(cfg, weight: str):
+    """The rows of lora_B for tinyinfer's `weight` ("q", "k", "v", "qkv"): where the loader reorders the file's
+    output rows (GPT-NeoX's and Falcon's fused query_key_value, Cohere's q and k), lora_B's rows follow the same
+    order, which the model's family gives (`Family.lora_rows`); every other weight keeps them."""
+    rows = family_of(cfg.model_type).lora_rows.get(weight)
+    return ALL if rows is None else rows(cfg)
 
 
 # module name (after the PEFT prefix) -> where its update lands, as a list of (layer index, path to the weight in
@@ -258,7 +266,7 @@ def _qk_rows(cfg, part: str):
 # Phi-3's fused gate_up_proj splits into tinyinfer's gate and up; rows the loader reorders are reordered alike
 MODULE_PATTERNS = [
     (r"(?:model\.)?layers\.(\d+)\.self_attn\.([qkv])_proj",
-     lambda cfg, i, part: [(i, ("qkv",), _qkv_columns(cfg, part), _qk_rows(cfg, part))]),
+     lambda cfg, i, part: [(i, ("qkv",), _qkv_columns(cfg, part), _rows(cfg, part))]),
     (r"(?:model\.)?layers\.(\d+)\.self_attn\.qkv_proj", lambda cfg, i: [(i, ("qkv",), ALL, ALL)]),  # Phi-3
     (r"(?:model\.)?layers\.(\d+)\.self_attn\.(?:o_proj|dense)", lambda cfg, i: [(i, ("o",), ALL, ALL)]),  # Phi: dense
     (r"(?:model\.)?layers\.(\d+)\.mlp\.(gate|up|down)_proj", lambda cfg, i, name: [(i, ("mlp", name), ALL, ALL)]),
@@ -267,12 +275,12 @@ MODULE_PATTERNS = [
     (r"(?:model\.)?layers\.(\d+)\.mlp\.fc([12])", lambda cfg, i, n: [(i, ("mlp", "up" if n == "1" else "down"), ALL, ALL)]),
     (r"(?:model\.)?layers\.(\d+)\.mlp\.c_(fc|proj)",  # StarCoder2
      lambda cfg, i, name: [(i, ("mlp", "up" if name == "fc" else "down"), ALL, ALL)]),
-    (r"(?:gpt_neox\.)?layers\.(\d+)\.attention\.query_key_value", lambda cfg, i: [(i, ("qkv",), ALL, _qkv_rows_of_neox(cfg))]),
+    (r"(?:gpt_neox\.)?layers\.(\d+)\.attention\.query_key_value", lambda cfg, i: [(i, ("qkv",), ALL, _rows(cfg, "qkv"))]),
     (r"(?:gpt_neox\.)?layers\.(\d+)\.attention\.dense", lambda cfg, i: [(i, ("o",), ALL, ALL)]),
     (r"(?:gpt_neox\.)?layers\.(\d+)\.mlp\.dense_(h_to_4h|4h_to_h)",
      lambda cfg, i, way: [(i, ("mlp", "up" if way == "h_to_4h" else "down"), ALL, ALL)]),
     (r"(?:transformer\.)?h\.(\d+)\.self_attention\.query_key_value",  # Falcon: q, k, v fused by group
-     lambda cfg, i: [(i, ("qkv",), ALL, _falcon_qkv_rows(cfg))]),
+     lambda cfg, i: [(i, ("qkv",), ALL, _rows(cfg, "qkv"))]),
     (r"(?:transformer\.)?h\.(\d+)\.self_attention\.dense", lambda cfg, i: [(i, ("o",), ALL, ALL)]),
     (r"(?:transformer\.)?h\.(\d+)\.mlp\.dense_(h_to_4h|4h_to_h)",
      lambda cfg, i, way: [(i, ("mlp", "up" if way == "h_to_4h" else "down"), ALL, ALL)]),

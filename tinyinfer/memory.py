@@ -18,6 +18,7 @@ in fp16:
 
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
@@ -93,3 +94,48 @@ def measure_copy_bandwidth(n_bytes: int = 256 * 2**20, repeats: int = 5, xp=np) 
         synchronize(xp)  # a GPU copy returns before it has run
         best = min(best, time.perf_counter() - start)
     return 2 * src.nbytes / best
+
+
+def resident_bytes() -> int:
+    """This process's resident memory now (Linux: /proc/self/statm), or 0 where it cannot be read."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def release_freed_memory() -> None:
+    """Hand memory Python has freed back to the system, where the C library keeps it (glibc's malloc_trim).
+
+    glibc serves a large array from its heap once a few have been freed, and a heap gives back only its top:
+    after a load that builds float32 weights and drops them (`keep_quantized`), the process would stay as
+    large as at its peak. Elsewhere a no-op."""
+    import ctypes  # noqa: PLC0415
+    import ctypes.util  # noqa: PLC0415
+    import gc  # noqa: PLC0415
+
+    gc.collect()  # arrays held only by reference cycles are freed first
+    name = ctypes.util.find_library("c")
+    try:
+        ctypes.CDLL(name).malloc_trim(0)
+    except (OSError, AttributeError, TypeError):  # not glibc (macOS, musl, Windows)
+        pass
+
+
+def measure_read_bandwidth(n_bytes: int = 256 * 2**20, repeats: int = 5, xp=np) -> float:
+    """Memory bandwidth in bytes/s as a decode step meets it: the best of a few matrix-vector products over an
+    n_bytes float32 matrix (bytes read / time), in host memory (xp = numpy) or the GPU's (xp = cupy). On the CPU
+    the product runs in the matrix library's thread pool, the one decode's products run in, so the bound has
+    decode's threads; a copy (`measure_copy_bandwidth`) runs on one thread, and a multi-threaded decode could
+    read faster than it ("119% of the bound")."""
+    matrix = xp.ones((n_bytes // 4 // 4096, 4096), dtype=np.float32)  # [rows, 4096]
+    vector = xp.ones(4096, dtype=np.float32)
+    best = float("inf")
+    for _ in range(repeats):
+        synchronize(xp)
+        start = time.perf_counter()
+        matrix @ vector  # [rows, 4096] @ [4096] -> [rows]: reads the matrix once
+        synchronize(xp)
+        best = min(best, time.perf_counter() - start)
+    return matrix.nbytes / best

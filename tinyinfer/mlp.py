@@ -64,7 +64,7 @@ def relu(x):
 
 
 # NumPy's ufuncs (np.exp, np.tanh) also run on CuPy arrays: CuPy implements __array_ufunc__.
-# tinyinfer/config.py maps transformers' names (ACT2FN) onto these.
+# tinyinfer/families/common.py maps transformers' names (ACT2FN) onto these.
 ACTIVATIONS = {"silu": silu, "gelu_tanh": gelu_tanh, "gelu": gelu, "quick_gelu": quick_gelu, "relu": relu}
 
 

@@ -118,7 +118,18 @@ class Model:
         if self.adapters is not None:
             self.adapters.route(chunks, self.xp)  # which rows take which LoRA adapter, in every layer of this pass
         plan = self._plan_attention(chunks, cache)
-        for i, layer in enumerate(p["layers"]):
+        x = self.run_layers(x, range(cfg.n_layers), chunks, plan, (rope, local_rope), cache)  # [T, d]
+        if not all_logits:
+            last = np.cumsum([len(c.tokens) for c in chunks]) - 1
+            x = x[to_device(last, self.device)]  # [T, d] -> [n_chunks, d]: only what sampling needs
+        return self.output_logits(x)
+
+    def run_layers(self, x, layers: range, chunks: list[SeqChunk], plan: AttentionPlan, ropes: tuple, cache):
+        """x through the decoder layers numbered `layers` (all of them; a pipeline stage's share: tinyinfer/
+        pipeline.py). `ropes`: the (cos, sin) of the global and of the sliding layers.  [T, d] -> [T, d]"""
+        cfg, (rope, local_rope) = self.config, ropes
+        for i in layers:
+            layer = self.params["layers"][i]
             normed = apply_norm(x, layer["attn_norm"], cfg.norm, cfg.norm_eps) if cfg.pre_norms else x  # OLMo 2: x
             layer_rope = local_rope if cfg.layer_types[i] == "sliding_attention" else rope
             if i in cfg.nope_layers:  # SmolLM3: this layer sees no positions, only the causal order
@@ -130,11 +141,13 @@ class Model:
                 normed = apply_norm(h, layer["mlp_norm"], cfg.norm, cfg.norm_eps) if cfg.pre_norms else h
             h = self.feed_forward(i, layer, normed)  # [T, d]
             x = x + self._residual(h, layer, "post_mlp_norm")
-        if not all_logits:
-            last = np.cumsum([len(c.tokens) for c in chunks]) - 1
-            x = x[to_device(last, self.device)]  # [T, d] -> [n_chunks, d]: only what sampling needs
-        x = apply_norm(x, p["final_norm"], cfg.norm, cfg.norm_eps)
-        logits = linear(x, p, "lm_head")  # [*, d] -> [*, V] (+ Phi-2's bias)
+        return x
+
+    def output_logits(self, x):
+        """The final norm and the LM head (split by vocabulary over ranks: tinyinfer/parallel.py).  [*, d] -> [*, V]"""
+        cfg = self.config
+        x = apply_norm(x, self.params["final_norm"], cfg.norm, cfg.norm_eps)
+        logits = linear(x, self.params, "lm_head")  # [*, d] -> [*, V] (+ Phi-2's bias)
         if cfg.logits_divisor != 1.0:  # Granite
             logits = logits / self.dtype.type(cfg.logits_divisor)
         return soft_cap(logits, cfg.final_softcap)

@@ -186,19 +186,28 @@ def shared_expert(h, mlp: dict, activation: str = "silu"):
 
 def moe_feed_forward(h, mlp: dict, cfg: Config, stats: RoutingStats | None = None, layer: int = 0):
     """One Mixture-of-Experts layer: route, dispatch, add the shared expert when there is one.  [T, d] -> [T, d]"""
-    if cfg.router == "softmax":
-        weights, chosen, probs = route(h, mlp["router"], cfg.n_experts_per_tok, cfg.norm_topk_prob)
-    elif cfg.router == "topk_softmax":  # gpt-oss
-        weights, chosen, probs = route_topk_softmax(h, mlp, cfg.n_experts_per_tok)
-    else:  # DeepSeek
-        weights, chosen, probs = route_grouped(h, mlp, cfg)
+    weights, chosen, probs = choose_experts(h, mlp, cfg)
     if stats is not None:
         stats.record(layer, chosen, probs)
     out = dispatch(h, chosen, weights, mlp["experts"], expert_function(cfg))
-    if "shared" in mlp:
-        gated = cfg.shared_expert_gated
-        out = out + (shared_expert(h, mlp, cfg.activation) if gated else swiglu(h, mlp["shared"], cfg.activation))
-    return out
+    return add_shared_expert(out, h, mlp, cfg)
+
+
+def choose_experts(h, mlp: dict, cfg: Config):
+    """The model's router: weights [T, k], chosen [T, k] (expert ids), probs [T, E] (see `route`)."""
+    if cfg.router == "softmax":
+        return route(h, mlp["router"], cfg.n_experts_per_tok, cfg.norm_topk_prob)
+    if cfg.router == "topk_softmax":  # gpt-oss
+        return route_topk_softmax(h, mlp, cfg.n_experts_per_tok)
+    return route_grouped(h, mlp, cfg)  # DeepSeek
+
+
+def add_shared_expert(out, h, mlp: dict, cfg: Config):
+    """out plus the shared expert's output on h, when the layer has one (gated: Qwen2-MoE).  [T, d] -> [T, d]"""
+    if "shared" not in mlp:
+        return out
+    gated = cfg.shared_expert_gated
+    return out + (shared_expert(h, mlp, cfg.activation) if gated else swiglu(h, mlp["shared"], cfg.activation))
 
 
 def expert_function(cfg: Config):

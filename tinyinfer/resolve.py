@@ -4,8 +4,10 @@ A model spec is tried as, in order:
 
 1. a built-in name: a Hugging Face folder shipped inside the package (`tinyinfer/models/<name>/`), so
    `python -m tinyinfer generate "ROMEO:"` works from a fresh install with no network;
-2. a local path: a Hugging Face folder or a single file (a llama2.c `.bin`), returned as is;
-3. a Hugging Face repo id (`org/name`, optionally `org/name@revision`): looked up in the local Hugging Face
+2. a name in tinyinfer's catalogue of real models (tinyinfer/catalogue.py): the file `python -m tinyinfer pull
+   NAME` put in tinyinfer's model cache (a name not pulled yet is an error saying to pull it);
+3. a local path: a Hugging Face folder or a single file (a llama2.c `.bin`, a `.gguf`), returned as is;
+4. a Hugging Face repo id (`org/name`, optionally `org/name@revision`): looked up in the local Hugging Face
    cache, the layout every HF tool shares:
 
        $HF_HUB_CACHE (or $HF_HOME/hub, or ~/.cache/huggingface/hub)
@@ -25,6 +27,7 @@ import os
 import re
 from pathlib import Path
 
+from tinyinfer.catalogue import CATALOGUE, model_cache_dir, pulled_path
 from tinyinfer.errors import TinyInferError
 
 BUILTIN_DIR = Path(__file__).resolve().parent / "models"
@@ -49,6 +52,12 @@ def resolve_model(spec: str | os.PathLike | None = None) -> Path:
     builtins = builtin_models()
     if spec in builtins:
         return builtins[spec]
+    if spec in CATALOGUE:
+        pulled = pulled_path(spec)
+        if pulled is None:
+            raise TinyInferError(f"{spec} is not pulled yet (it is not in {model_cache_dir()}): run "
+                                 f"`python -m tinyinfer pull {spec}`")
+        return pulled
     path = Path(spec).expanduser()
     if path.exists():
         return path.resolve()
@@ -146,4 +155,6 @@ def download(repo_id: str, revision: str | None) -> Path:
 def available_models_hint() -> str:
     builtin = ", ".join(builtin_models()) or "none"
     cached = ", ".join(cached_models()) or f"none in {hf_cache_dir()}"
-    return f"Built-in models: {builtin}. Cached models: {cached}. (`python -m tinyinfer models` lists them.)"
+    pulled = ", ".join(name for name in CATALOGUE if pulled_path(name)) or "none"
+    return (f"Built-in models: {builtin}. Pulled models: {pulled} (`python -m tinyinfer pull NAME` fetches "
+            f"{', '.join(CATALOGUE)}). Cached models: {cached}. (`python -m tinyinfer models` lists them.)")

@@ -66,9 +66,13 @@ class SafetensorsFile:
         if 8 + n > size:
             raise TinyInferError(f"{self.path} is truncated or not safetensors: header of {n} bytes, file of {size}")
         try:
-            header = json.loads(self._buf[8 : 8 + n])
+            header = json.loads(self._buf[8 : 8 + n], object_pairs_hook=_unique_keys)
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise TinyInferError(f"{self.path} is not a safetensors file: its header is not JSON ({e})") from e
+        except DuplicateKey as e:  # the last one would win silently: a crafted file could load other weights
+            raise TinyInferError(f"{self.path} is not a valid safetensors file: its header names {e} twice") from None
+        except RecursionError:
+            raise TinyInferError(f"{self.path} is not a safetensors file: its header nests too deeply") from None
         if not isinstance(header, dict):
             raise TinyInferError(f"{self.path} is not a safetensors file: its header is not a JSON object")
         header.pop("__metadata__", None)
@@ -127,6 +131,19 @@ class SafetensorsFile:
         return array.astype(dtype)
 
 
+class DuplicateKey(ValueError):
+    """A JSON object that gives one key twice."""
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    """json's object_pairs_hook: the object, refusing a key given twice (json.loads keeps the last)."""
+    obj = dict(pairs)
+    if len(obj) < len(pairs):
+        seen = set()
+        raise DuplicateKey(next(repr(k) for k, _ in pairs if k in seen or seen.add(k)))
+    return obj
+
+
 def read_weight_map(index_path: Path) -> dict[str, str]:
     """The `weight_map` (tensor name -> shard file name) of a sharded checkpoint's index."""
     try:
@@ -158,7 +175,13 @@ class Checkpoint:
                     "safe_serialization=True)).") if pickled else ""
             raise TinyInferError(f"no model.safetensors or model.safetensors.index.json in {path}.{hint}")
         self.files = [SafetensorsFile(f) for f in files]
-        self._where = {name: f for f in self.files for name in f.names()}
+        self._where = {}
+        for f in self.files:
+            for name in f.names():
+                if name in self._where:
+                    raise TinyInferError(f"tensor {name!r} is in two shards, {self._where[name].path.name} and "
+                                         f"{f.path.name}: the checkpoint is damaged; re-download it")
+                self._where[name] = f
 
     def names(self) -> list[str]:
         return list(self._where)

@@ -453,6 +453,13 @@ class Sampler:
 
     def process(self, logits):
         """Apply the chain of processors that reshape and truncate the scores (no draw)."""
+        logits = self.reshape_scores(logits)
+        if self.params.greedy:
+            return logits  # the warpers below never move the argmax, so greedy can skip them
+        return self.truncate(apply_temperature(logits, self.params.temperature))
+
+    def reshape_scores(self, logits):
+        """The processors that depend on this sequence's context: padding rows, bias, penalties, grammar."""
         p = self.params
         if self.vocab_limit is not None and self.vocab_limit < logits.shape[-1]:
             logits = logits.copy()
@@ -465,9 +472,16 @@ class Sampler:
             logits = apply_presence_frequency_penalties(logits, self.output_ids, p.presence_penalty, p.frequency_penalty)
         if self.constraint is not None:
             logits = apply_constraint(logits, self.constraint)
-        if p.greedy:
-            return logits  # the warpers below never move the argmax, so greedy can skip them
-        logits = apply_temperature(logits, p.temperature)
+        return logits
+
+    @property
+    def truncates(self) -> bool:
+        """Whether top-k, top-p or min-p removes tokens."""
+        return bool(self.params.top_k or self.params.top_p < 1 or self.params.min_p)
+
+    def truncate(self, logits):
+        """top-k, then top-p, then min-p, on logits already divided by the temperature."""
+        p = self.params
         if p.top_k:
             logits = apply_top_k(logits, p.top_k)
         if p.top_p < 1:
@@ -503,6 +517,39 @@ class Sampler:
         self.output_ids.append(token_id)
         if self.constraint is not None:
             self.constraint.advance(token_id)
+
+
+def sample_batch(samplers: list[Sampler], logits) -> list[TokenChoice]:
+    """Each row's next token, drawn by its own sampler, with the work the rows share done once for all.
+    [B, V] -> B choices, each the very token `samplers[b].sample(logits[b])` picks alone.
+
+    What belongs to a row stays the row's own: its penalties and grammar mask (applied row by row, only where
+    set), its temperature, its truncations, and its seeded generator (one `random()` per row, in row order, as
+    alone). What is shared runs once on the stacked rows: the argmax of the greedy rows; the temperature, the
+    softmax's shift and exponential, and the cumulative sums of the sampled rows. Each is the same arithmetic
+    per element as on one row, so the tokens are identical to the solo runs, not just equal in distribution.
+    """
+    xp = xp_of(logits)
+    picked = [0] * len(samplers)
+    greedy_rows = [b for b, s in enumerate(samplers) if s.params.greedy]
+    sampled_rows = [b for b, s in enumerate(samplers) if not s.params.greedy]
+    if greedy_rows:
+        scores = xp.stack([samplers[b].reshape_scores(logits[b]) for b in greedy_rows])  # [G, V]
+        for b, token in zip(greedy_rows, to_numpy(scores.argmax(axis=1)).tolist()):  # ties: the lowest id
+            picked[b] = token
+    if sampled_rows:
+        rows = [samplers[b] for b in sampled_rows]
+        scores = xp.stack([s.reshape_scores(logits[b]) for s, b in zip(rows, sampled_rows)])  # [S, V]
+        temperatures = xp.asarray([s.params.temperature for s in rows], dtype=scores.dtype)  # [S]
+        scores = scores / temperatures[:, None]  # [S, V], as apply_temperature on each row
+        scores = xp.stack([s.truncate(row) for s, row in zip(rows, scores)]) if any(s.truncates for s in rows) else scores
+        scores = scores.astype(np.float64)  # [S, V]
+        weights = to_numpy(xp.exp(scores - scores.max(axis=1, keepdims=True)))  # [S, V] exp_shifted of each row
+        cdf = np.cumsum(weights, axis=1)  # [S, V] as `draw` sums each row
+        for row_cdf, s, b in zip(cdf, rows, sampled_rows):
+            row_cdf /= row_cdf[-1]
+            picked[b] = int(np.searchsorted(row_cdf, s.rng.random(), side="right"))
+    return [s.choice(token, row) for s, token, row in zip(samplers, picked, logits)]
 
 
 def sequence_rngs(seed: int | None, n: int) -> list[np.random.Generator]:

@@ -37,19 +37,33 @@ from typing import Iterator
 import numpy as np
 
 from tinyinfer.backend import to_numpy
-from tinyinfer.errors import TinyInferError
+from tinyinfer.errors import TinyInferError, is_integer_at_least
 from tinyinfer.model import SeqChunk
 from tinyinfer.sampling import Sampler, TokenChoice, draw, greedy
 
 
 @dataclass
 class SpeculationStats:
-    """How well the draft guessed: its acceptance rate, and tokens gained per step of the target."""
+    """How well the guesses went: the acceptance rate, tokens gained per step of the target, and whether the
+    guessing rounds were slower per token than plain decoding (timed in the same run)."""
 
-    proposed: int = 0  # draft guesses checked by the target
+    proposed: int = 0  # guesses checked by the target
     accepted: int = 0  # of which the target kept
-    target_steps: int = 0  # forward passes of the target after the prompt
-    draft_steps: int = 0  # forward passes of the draft
+    target_steps: int = 0  # forward passes of the target after the prompt (one per round)
+    plain_step_s: float = float("inf")  # the fastest round without guesses: plain decoding's time per token
+    guessing_s: float = 0.0  # time of the rounds with guesses, guessing and checking together
+    guessing_tokens: int = 0  # tokens those rounds produced
+
+    def count(self, proposed: int, produced: int, seconds: float) -> None:
+        """Record one round: `proposed` guesses, `produced` tokens (the kept guesses and one more)."""
+        self.proposed += proposed
+        self.accepted += produced - 1
+        self.target_steps += 1
+        if proposed:
+            self.guessing_s += seconds
+            self.guessing_tokens += produced
+        else:
+            self.plain_step_s = min(self.plain_step_s, seconds)
 
     @property
     def tokens(self) -> int:
@@ -63,6 +77,17 @@ class SpeculationStats:
     @property
     def tokens_per_target_step(self) -> float:
         return self.tokens / self.target_steps if self.target_steps else 0.0
+
+    @property
+    def speed_up(self) -> float | None:
+        """Plain decoding's time per token over the guessing rounds' (None until both were timed)."""
+        if not self.guessing_tokens or self.plain_step_s == float("inf"):
+            return None
+        return self.plain_step_s / (self.guessing_s / self.guessing_tokens)
+
+    @property
+    def slower_than_plain(self) -> bool:
+        return self.speed_up is not None and self.speed_up < 1
 
 
 def residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:
@@ -114,8 +139,20 @@ def distribution(sampler: Sampler, logits, guessed: list[int]) -> np.ndarray:
         del sampler.output_ids[kept:]
 
 
-def check_draft(target, draft, constraint, n_tokens: int) -> None:
+def check_draft(target, draft, constraint, lora, n_tokens: int, k) -> None:
     """The draft must speak the target's vocabulary and hold the whole text; guesses cannot walk a grammar."""
+    if lora is not None:
+        raise TinyInferError("speculative decoding with a LoRA adapter is not supported (the draft model has no "
+                             "adapter): drop the draft, or merge the adapter into the model first")
+    if constraint is not None:
+        raise TinyInferError("speculative decoding does not support a constraint (grammar, JSON schema): drop --draft")
+    if not is_integer_at_least(k):
+        raise TinyInferError(f"num_speculative_tokens={k!r} (--speculate) is invalid: give an integer >= 1")
+    if draft == "ngram" or isinstance(draft, PromptLookup):
+        return
+    if not isinstance(draft, type(target)):
+        raise TinyInferError(f"draft must be a Model like the one it helps, \"ngram\" or a PromptLookup, not "
+                             f"{type(draft).__name__}: load it first, e.g. draft=tinyinfer.load('shakespeare-draft')")
     if draft.config.vocab_size != target.config.vocab_size:
         raise TinyInferError(
             f"the draft model has a vocabulary of {draft.config.vocab_size} tokens and the target of "
@@ -127,46 +164,120 @@ def check_draft(target, draft, constraint, n_tokens: int) -> None:
     if n_tokens > draft.config.max_seq_len:
         raise TinyInferError(f"prompt + max_tokens = {n_tokens} tokens exceeds the draft's context window of "
                              f"{draft.config.max_seq_len}: lower max_tokens or use a draft with a longer context")
-    if constraint is not None:
-        raise TinyInferError("speculative decoding does not support a constraint (grammar, JSON schema): drop --draft")
+
+
+def proposer(target, draft, n_tokens: int):
+    """What makes the guesses: a DraftModel around a model, or prompt lookup ("ngram" or a PromptLookup)."""
+    if draft == "ngram":
+        return PromptLookup(vocab_size=target.config.vocab_size)
+    if isinstance(draft, PromptLookup):
+        draft.vocab_size = target.config.vocab_size
+        return draft
+    return DraftModel(draft, n_tokens)
+
+
+class DraftModel:
+    """Guesses from a smaller model with the target's tokenizer: each guess drawn from the draft's own
+    distribution q, which the acceptance rule divides by. Its cache holds keys and values of `tokens[:done]`."""
+
+    def __init__(self, model, n_tokens: int):
+        self.model, self.done = model, 0
+        self.cache = model.new_cache(max_seqs=1, max_len=n_tokens)
+
+    def propose(self, tokens: list[int], n: int, sampler: Sampler) -> tuple[list[int], list[np.ndarray]]:
+        """n guesses after `tokens`, and the [V] distribution each was drawn from."""
+        guesses, q = [], []
+        for _ in range(n):  # one cheap step of the draft per guess
+            context = tokens + guesses
+            logits = self.model.forward([SeqChunk(0, self.done, context[self.done:])], self.cache)  # [1, V]
+            self.done = len(context)
+            q.append(distribution(sampler, to_numpy(logits[0]), guesses))
+            guesses.append(draw(q[-1], sampler.rng))
+        return guesses, q
+
+    def keep(self, n_tokens: int) -> None:
+        """Only the first n_tokens are settled: the draft's cache beyond them is written over next round."""
+        self.done = min(self.done, n_tokens)
+
+
+class PromptLookup:
+    """Prompt-lookup (n-gram) guesses, no draft model: find the text's last n tokens earlier in the text
+    (the prompt or the output) and guess the tokens that followed them there. It pays where the output
+    repeats its input: quoting, summarising, editing code, extracting fields.
+
+    vLLM's "ngram" method: the longest suffix of n in [prompt_lookup_min, prompt_lookup_max] tokens that
+    occurred before wins, at its latest occurrence. A guess is a certain choice, so its q is one-hot: the
+    target keeps it with probability p(x), and on a rejection draws from p without x, renormalised (the
+    residual of a one-hot q) — the same exact rule as for a draft model.
+
+    >>> PromptLookup(prompt_lookup_max=2, vocab_size=10).propose([5, 6, 7, 8, 5, 6], 3, None)[0]   # after "5 6": 7 8 5
+    [7, 8, 5]
+    """
+
+    def __init__(self, prompt_lookup_max: int = 3, prompt_lookup_min: int = 1, vocab_size: int = 0):
+        if not (is_integer_at_least(prompt_lookup_min, 1) and is_integer_at_least(prompt_lookup_max, prompt_lookup_min)):
+            raise TinyInferError(f"prompt_lookup_min={prompt_lookup_min!r}, prompt_lookup_max={prompt_lookup_max!r}: "
+                                 "give integers with 1 <= prompt_lookup_min <= prompt_lookup_max")
+        self.low, self.high, self.vocab_size = prompt_lookup_min, prompt_lookup_max, vocab_size
+
+    def propose(self, tokens: list[int], n: int, sampler) -> tuple[list[int], list[np.ndarray]]:
+        guesses = lookup(np.asarray(tokens), n, self.low, self.high)  # [<= n]
+        return guesses, [one_hot(x, self.vocab_size) for x in guesses]
+
+    def keep(self, n_tokens: int) -> None:
+        pass  # no state beyond the tokens themselves
+
+
+def lookup(tokens: np.ndarray, n: int, low: int, high: int) -> list[int]:
+    """Up to n tokens that followed the latest earlier occurrence of the longest suffix of `tokens` with
+    low..high tokens; [] when none occurred.  [L] -> [<= n]
+
+    >>> lookup(np.array([1, 2, 3, 9, 2, 3]), 2, 1, 3)     # "2 3" occurred at 1, followed by 9 2
+    [9, 2]
+    """
+    for size in range(min(high, len(tokens) - 1), low - 1, -1):
+        windows = np.lib.stride_tricks.sliding_window_view(tokens[:-1], size)  # [L - size, size] earlier n-grams
+        starts = np.flatnonzero((windows == tokens[-size:]).all(axis=1))  # where the suffix occurred before
+        if len(starts):
+            follow = starts[-1] + size  # the latest occurrence: its text is the most like what comes now
+            return tokens[follow:follow + n].tolist()
+    return []
+
+
+def one_hot(token: int, vocab_size: int) -> np.ndarray:
+    """[V] the distribution of a guess made for certain."""
+    q = np.zeros(vocab_size)
+    q[token] = 1.0
+    return q
 
 
 def speculative_tokens(target, draft, prompt_ids: list[int], sampler: Sampler, k: int, timings,
                        stats: SpeculationStats) -> Iterator[TokenChoice]:
-    """`generate_tokens` with a draft: yields the same kind of TokenChoice, several per target step.
+    """`generate_tokens` with guesses: yields the same kind of TokenChoice, several per target step.
 
-    The target's cache holds keys and values of `tokens[:target_done]`, the draft's of `tokens[:draft_done]`;
-    a round feeds each model what it has not seen yet, so both catch up after a rejection by themselves. The
-    target's pass over [last token, guesses] gives the k+1 rows of logits the guesses are checked against.
+    `draft` is a model or prompt lookup (see `proposer`). The target's cache holds keys and values of
+    `tokens[:target_done]`; a round feeds it the one token it has not seen and the guesses, and its pass gives
+    the k+1 rows of logits the guesses are checked against. The first round makes no guesses: a plain
+    decoding step, timed as the yardstick the guessing rounds are compared with (`stats.slower_than_plain`).
     """
     max_tokens = sampler.params.max_tokens
+    guesser = proposer(target, draft, len(prompt_ids) + max_tokens)
     target_cache = target.new_cache(max_seqs=1, max_len=len(prompt_ids) + max_tokens)
-    draft_cache = draft.new_cache(max_seqs=1, max_len=len(prompt_ids) + max_tokens)
-    tokens, target_done, draft_done = list(prompt_ids), 0, 0
+    tokens, target_done = list(prompt_ids), len(prompt_ids) - 1
     start = time.perf_counter()
+    if target_done:  # the prompt but its last token: no logits needed
+        target.forward([SeqChunk(0, 0, tokens[:-1])], target_cache)
     while len(tokens) - len(prompt_ids) < max_tokens:
-        n_guesses = min(k, max_tokens - (len(tokens) - len(prompt_ids)) - 1)  # the round must not overshoot
-        guesses, q = [], []
-        for _ in range(n_guesses):  # the draft guesses, one cheap step per token
-            context = tokens + guesses
-            logits = draft.forward([SeqChunk(0, draft_done, context[draft_done:])], draft_cache)  # [1, V]
-            draft_done = len(context)
-            q.append(distribution(sampler, to_numpy(logits[0]), guesses))
-            guesses.append(draw(q[-1], sampler.rng))
-        stats.draft_steps += n_guesses
-        if len(tokens) - target_done > 1:  # first round: the prompt but its last token (no logits needed)
-            target.forward([SeqChunk(0, target_done, tokens[target_done:-1])], target_cache)
-            target_done = len(tokens) - 1
+        round_start = time.perf_counter()
+        room = max_tokens - (len(tokens) - len(prompt_ids)) - 1  # the round must not overshoot
+        guesses, q = guesser.propose(tokens, min(k, room), sampler) if stats.target_steps and room else ([], [])
         new = tokens[target_done:] + guesses  # the one token the target has not seen, then every guess
         rows = to_numpy(target.forward([SeqChunk(0, target_done, new)], target_cache, all_logits=True))  # [k+1, V]
-        p = np.stack([distribution(sampler, rows[i], guesses[:i]) for i in range(n_guesses + 1)])  # [k+1, V]
+        p = np.stack([distribution(sampler, rows[i], guesses[:i]) for i in range(len(guesses) + 1)])  # [k+1, V]
         produced = verify(p, np.array(q) if q else np.zeros((0, p.shape[-1])), guesses, sampler.rng)
-        kept = len(produced) - 1
-        stats.target_steps += 1
-        stats.proposed += n_guesses
-        stats.accepted += kept
-        target_done = len(tokens) + kept  # the caches hold the kept guesses; the last token is new to both
-        draft_done = min(draft_done, target_done)
+        stats.count(len(guesses), len(produced), time.perf_counter() - round_start)
+        target_done = len(tokens) + len(produced) - 1  # the cache holds the kept guesses; the last token is new
+        guesser.keep(target_done)
         for i, token in enumerate(produced):
             choice = sampler.choice(token, rows[i])
             tokens.append(token)

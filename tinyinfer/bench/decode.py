@@ -1,9 +1,11 @@
 """`tinyinfer bench decode`: prefill and decode speed, next to the two numbers that give them meaning.
 
 1. The memory-bandwidth bound. A decode step of one sequence reads every weight once, so
-   tokens/s <= bandwidth / bytes of weights. The bandwidth is measured here, by copying a large array, in
-   the same run; the ratio says how close the NumPy forward pass comes to what the memory allows. A copy
-   also writes, and on some machines reading alone streams faster: there the ratio can pass 100%.
+   tokens/s <= bandwidth / bytes of weights. The bandwidth is measured here, in the same run, as decode reads
+   memory: a matrix-vector product over a large matrix, in the matrix library's threads (those decode's
+   products use; `memory.measure_read_bandwidth`). The ratio says how close the NumPy forward pass comes to
+   what the memory allows. The bytes are those the model holds (`quantize.weight_nbytes`): a GGUF model kept
+   quantised (`--keep-quantized`) reads its blocks, about the file's size.
 2. Hugging Face transformers (when installed, on an HF checkpoint): its own cached greedy `generate` on the
    same weights with the same thread count, against tinyinfer's own `generate`, both timed the same way:
    decode time = generate(N + 1 tokens) - generate(1 token).
@@ -13,6 +15,7 @@ shared with other work, a burst of load then slows one round of both, not one ru
 
     python -m tinyinfer bench decode --random gpt2-124m          # a GPT-2-124M-shaped random checkpoint
     python -m tinyinfer bench decode --model path/to/hf-folder --tokens 64
+    python -m tinyinfer bench decode --model smollm2-135m-instruct --keep-quantized --no-hf
 """
 
 from __future__ import annotations
@@ -27,8 +30,9 @@ from tqdm import tqdm
 
 import tinyinfer
 from tinyinfer.commands import at_least
+from tinyinfer.quantize import weight_nbytes
 from tinyinfer.errors import TinyInferError
-from tinyinfer.memory import measure_copy_bandwidth, param_count
+from tinyinfer.memory import measure_read_bandwidth, param_count, resident_bytes
 
 RANDOM_SHAPES = {  # name -> (transformers config class, its arguments)
     "gpt2-124m": ("GPT2Config", {}),
@@ -53,6 +57,15 @@ def add_arguments(parser) -> None:
                         help="where tinyinfer runs; on cuda the bound is the GPU's measured memory bandwidth")
     parser.add_argument("--dtype", default="float32", choices=["float32", "float16"],
                         help="weights and compute dtype (float16 halves the bytes a decode step reads)")
+    parser.add_argument("--keep-quantized", action="store_true",
+                        help="a .gguf model's weights stay quantised, dequantised at every product (chapter 12)")
+
+
+def blas_threads() -> int:
+    """The threads of the matrix library NumPy's products run in (threadpoolctl's view)."""
+    from threadpoolctl import threadpool_info  # noqa: PLC0415
+
+    return max((pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"), default=1)
 
 
 def build_random_checkpoint(shape: str, folder: Path) -> Path:
@@ -124,18 +137,20 @@ def best_of_rounds(timers: dict, rounds: int) -> dict:
 def run(args) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         source = build_random_checkpoint(args.random, Path(tmp)) if args.random else args.model
-        model = tinyinfer.load(source, device=args.device, dtype=args.dtype)
+        model = tinyinfer.load(source, device=args.device, dtype=args.dtype, keep_quantized=args.keep_quantized)
         cfg = model.config
         if args.prompt_tokens + args.tokens + 1 > cfg.max_seq_len:
             raise TinyInferError(f"--prompt-tokens + --tokens must fit the context window ({cfg.max_seq_len})")
         prompt = np.random.default_rng(0).integers(0, cfg.vocab_size, args.prompt_tokens).tolist()
-        weight_bytes = model.n_params * model.dtype.itemsize
+        weight_bytes = weight_nbytes(model)
+        held = "kept quantised" if args.keep_quantized else f"as {model.dtype}"
         print(f"model: {source} ({cfg.model_type}, {model.n_params / 1e6:.1f}M parameters, "
-              f"{weight_bytes / 2**20:.0f} MiB as {model.dtype})")
-        print(f"threads: numpy/OpenBLAS {os.environ.get('OPENBLAS_NUM_THREADS', os.cpu_count())}, torch {args.threads}")
-        bandwidth = measure_copy_bandwidth(repeats=10, xp=model.xp)  # the memory the weights live in
+              f"{weight_bytes / 2**20:.0f} MiB {held}; process resident {resident_bytes() / 2**20:.0f} MiB)")
+        print(f"threads: numpy's matrix library {blas_threads()}, torch {args.threads}")
+        bandwidth = measure_read_bandwidth(repeats=10, xp=model.xp)  # the memory the weights live in
         # one decode step reads every weight once; of a Mixture-of-Experts only the chosen experts (tinyinfer/moe.py)
-        read_bytes = param_count(cfg, active=True) * model.dtype.itemsize if cfg.n_experts else weight_bytes
+        active = param_count(cfg, active=True) / param_count(cfg) if cfg.n_experts else 1.0
+        read_bytes = weight_bytes * active
         bound = bandwidth / read_bytes
         timers = {"tinyinfer": lambda: time_tinyinfer(model, prompt, args.tokens)}
         hf_folder = Path(source) if source and Path(source).is_dir() else None
@@ -146,7 +161,8 @@ def run(args) -> int:
         best = best_of_rounds(timers, args.rounds)
         prefill, decode = best["tinyinfer"]
         memory = "GPU memory" if args.device == "cuda" else "memory"
-        print(f"{memory} bandwidth (measured copy): {bandwidth / 1e9:.1f} GB/s -> decode bound {bound:.1f} tokens/s")
+        print(f"{memory} bandwidth (measured matrix-vector read, decode's threads): {bandwidth / 1e9:.1f} GB/s "
+              f"-> decode bound {bound:.1f} tokens/s")
         print(f"tinyinfer:    prefill {prefill:8.1f} tokens/s   decode {decode:7.1f} tokens/s   "
               f"= {decode / bound:.0%} of the bandwidth bound   (best of {args.rounds} rounds)")
         if hf is not None:

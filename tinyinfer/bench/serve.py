@@ -92,6 +92,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--rounds", type=at_least(1), default=2,
                         help="runs of each mode, the modes taking turns; the fastest run of each is reported "
                         "(other work on the machine slows a run down at random, it never speeds one up)")
+    parser.add_argument("--disaggregated", action="store_true",
+                        help="under `mpirun -n 2`: a combined worker against a prefill rank and a decode rank, "
+                             "TTFT and TPOT side by side (tinyinfer/bench/disaggregated.py)")
 
 
 def run(args) -> int:
@@ -99,14 +102,23 @@ def run(args) -> int:
     BLAS waits for a busy core inside every product, so small products (a short prefill, a decode step of
     one row) turn many times slower at random and the figures would measure the machine's load."""
     with threadpool_limits(limits=args.blas_threads, user_api="blas"):
+        if args.disaggregated:
+            from tinyinfer.bench.disaggregated import run_disaggregated  # noqa: PLC0415 - it builds on this module
+
+            return run_disaggregated(args)
         return serve_and_report(args, f"BLAS threads: {args.blas_threads} for every mode")
 
 
+def workload_of(args, model, rng) -> list[Request]:
+    return make_workload(model, rng, args.requests, args.rate, parse_range(args.prompt_len, "--prompt-len"),
+                         parse_range(args.output_len, "--output-len"), args.temperature)
+
+
 def serve_and_report(args, blas: str) -> int:
-    model = tinyinfer.load(args.model, device=args.device, kv_cache_dtype=args.kv_cache_dtype)
+    model = tinyinfer.load(args.model, device=args.device, kv_cache_dtype=args.kv_cache_dtype,
+                           keep_quantized=args.keep_quantized)
     rng = np.random.default_rng(args.seed)
-    workload = make_workload(model, rng, args.requests, args.rate, parse_range(args.prompt_len, "--prompt-len"),
-                             parse_range(args.output_len, "--output-len"), args.temperature)
+    workload = workload_of(args, model, rng)
     engine = dict(block_size=args.block_size, max_num_seqs=args.concurrency,
                   max_num_batched_tokens=args.max_batched_tokens)
     print(f"model: {args.model or 'built-in'} ({model.n_params / 1e6:.2f}M parameters), device {args.device}")
@@ -141,13 +153,15 @@ def print_steady_state(model, workload: list[Request], concurrency: int) -> None
 
     context, rows = round(np.mean([len(r.prompt_ids) + r.params.max_tokens / 2 for r in workload])), max(concurrency, 2)
     try:
-        parts, alone = step.measure(model, rows, context, repeats=10)
+        (parts, cpu), (alone, alone_cpu) = step.measure(model, rows, context, repeats=10)
     except TinyInferError as e:
         print(f"steady state: not measured ({e})")
         return
     at_most, unshared_only = step.bounds(parts, rows, alone)
+    cpu_at_most, cpu_unshared_only = step.bounds(cpu, rows, alone_cpu)
     print(f"steady state ({rows} sequences of {context}+ tokens all decoding, `bench step`): at most {at_most:.1f}x "
-          f"sequential; with no cost but the work no batch shares, {unshared_only:.1f}x")
+          f"sequential ({cpu_at_most:.1f}x per CPU second); with no cost but the work no batch shares, "
+          f"{unshared_only:.1f}x ({cpu_unshared_only:.1f}x)")
 
 
 def cost_per_million_tokens(price_per_hour: float, tokens_per_s: float) -> float:

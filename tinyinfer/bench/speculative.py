@@ -1,16 +1,23 @@
-"""`tinyinfer bench speculative`: generation with a draft model against generation without, timed in turns.
+"""`tinyinfer bench speculative`: generation with guesses against generation without, timed in turns.
 
-For each k (guesses per round) it prints tokens/s without and with the draft, the acceptance rate, the tokens
-gained per step of the target, and whether the tokens are the same (at temperature 0 they must be). Then the
-costs that decide the speed-up, measured on the same two models (chapter 11):
+Two ways to guess (`--method`): a draft model (a smaller model with the same tokenizer), and prompt lookup
+("ngram": the tokens that followed the text's last tokens earlier on, no model at all). For each method and
+each k (guesses per round) it prints tokens/s, the speed-up over plain decoding, the acceptance rate, the
+tokens gained per step of the target, and whether the tokens are the same (at temperature 0 they must be).
+Then the costs that decide the speed-up, measured on the same models (chapter 11):
 
     c_t      one decode step of the target (one token)
     c_v(k)   one pass of the target over k+1 tokens (the verify step)
-    c_d      one decode step of the draft
+    c_d      one decode step of the draft (prompt lookup: ~0, a search of the text)
     expected speed-up = tokens per round / (k c_d / c_t + c_v(k) / c_t)
 
-    python -m tinyinfer bench speculative                         # built-in shakespeare, shakespeare-draft
-    python -m tinyinfer bench speculative --model M --draft D -k 1 2 4 --temperature 0.8
+Which method wins depends on the task (`--task`): continuing free text ("continue", the prompt as given)
+gives prompt lookup little to find, while an input-grounded task ("repeat": the prompt holds a passage and
+asks for it again, as quoting, summarising or editing do) lets it guess whole runs of tokens for free.
+
+    python -m tinyinfer bench speculative                          # built-in shakespeare, shakespeare-draft
+    python -m tinyinfer bench speculative --task repeat --method ngram draft_model
+    python -m tinyinfer bench speculative --model M --method ngram --task repeat -k 2 4 8
 """
 
 from __future__ import annotations
@@ -18,21 +25,46 @@ from __future__ import annotations
 import time
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 import tinyinfer
+from tinyinfer.chat import ChatTemplate
 from tinyinfer.commands import at_least
 from tinyinfer.errors import TinyInferError
 from tinyinfer.model import SeqChunk
+from tinyinfer.speculative import PromptLookup
+
+PASSAGE = ("But, soft! what light through yonder window breaks? It is the east, and Juliet is the sun. Arise, "
+           "fair sun, and kill the envious moon, who is already sick and pale with grief, that thou her maid art "
+           "far more fair than she: be not her maid, since she is envious; her vestal livery is but sick and "
+           "green and none but fools do wear it; cast it off.")
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("--model", default="shakespeare", help="the target model (default: built-in shakespeare)")
-    parser.add_argument("--draft", default="shakespeare-draft", help="the draft model (default: shakespeare-draft)")
+    parser.add_argument("--draft", default="shakespeare-draft", help="the draft model of --method draft_model")
+    parser.add_argument("--method", nargs="+", choices=["draft_model", "ngram"], default=["draft_model", "ngram"],
+                        help="how the guesses are made: a draft model, prompt lookup, or both (the default)")
     parser.add_argument("-k", type=at_least(1), nargs="+", default=[1, 2, 4], help="guesses per round to try")
+    parser.add_argument("--prompt-lookup-max", type=at_least(1), default=3, help="ngram: the longest suffix looked up")
+    parser.add_argument("--task", choices=["continue", "repeat"], default="continue",
+                        help="continue: the prompt as given; repeat: a passage, then a request to repeat it")
     parser.add_argument("--tokens", type=at_least(1), default=200, help="tokens to generate per run")
     parser.add_argument("--temperature", type=float, default=0.0)
-    parser.add_argument("--prompt", default="ROMEO:", help="prompt text")
+    parser.add_argument("--prompt", default="ROMEO:", help="prompt text (--task continue)")
     parser.add_argument("--rounds", type=at_least(1), default=3, help="runs of each setting, in turns; the fastest is kept")
+    parser.add_argument("--blas-threads", type=at_least(1), default=1, help="matrix-library threads (as in bench serve)")
+
+
+def task_prompt(model_name: str, task: str, prompt: str) -> str:
+    """The prompt text of `task`: a repeat request goes through the model's chat template when it has one."""
+    if task == "continue":
+        return prompt
+    request = f"Repeat this text exactly, word for word:\n\n{PASSAGE}"
+    template = ChatTemplate.for_model(model_name, required=False)
+    if template is None:
+        return f"{request}\n\nThe text again, word for word:\n\n"
+    return template.render([{"role": "user", "content": request}], add_generation_prompt=True)
 
 
 def time_generate(target, prompt: str, n: int, temperature: float, **speculation):
@@ -42,15 +74,17 @@ def time_generate(target, prompt: str, n: int, temperature: float, **speculation
 
 
 def step_costs(target, draft, prompt_ids: list[int], ks: list[int], repeats: int = 30) -> tuple[float, dict, float]:
-    """(c_t, {k: c_v(k)}, c_d) in seconds: the medians of `repeats` passes, the kinds taken in turn."""
+    """(c_t, {k: c_v(k)}, c_d) in seconds (c_d 0 without a draft): medians of `repeats` passes, in turns."""
     n = len(prompt_ids)
-    caches = {"target": target.new_cache(1, n + max(ks) + 1), "draft": draft.new_cache(1, n + 1)}
-    target.forward([SeqChunk(0, 0, prompt_ids)], caches["target"])
-    draft.forward([SeqChunk(0, 0, prompt_ids)], caches["draft"])
-    passes = {"t": lambda: target.forward([SeqChunk(0, n, [1])], caches["target"]),
-              "d": lambda: draft.forward([SeqChunk(0, n, [1])], caches["draft"])}
-    passes.update({k: (lambda k=k: target.forward([SeqChunk(0, n, [1] * (k + 1))], caches["target"], all_logits=True))
+    cache = target.new_cache(1, n + max(ks) + 1)
+    target.forward([SeqChunk(0, 0, prompt_ids)], cache)
+    passes = {"t": lambda: target.forward([SeqChunk(0, n, [1])], cache)}
+    passes.update({k: (lambda k=k: target.forward([SeqChunk(0, n, [1] * (k + 1))], cache, all_logits=True))
                    for k in ks})
+    if draft is not None:
+        draft_cache = draft.new_cache(1, n + 1)
+        draft.forward([SeqChunk(0, 0, prompt_ids)], draft_cache)
+        passes["d"] = lambda: draft.forward([SeqChunk(0, n, [1])], draft_cache)
     times = {name: [] for name in passes}
     for _ in range(repeats):
         for name, run_pass in passes.items():
@@ -58,32 +92,44 @@ def step_costs(target, draft, prompt_ids: list[int], ks: list[int], repeats: int
             run_pass()
             times[name].append(time.perf_counter() - start)
     median = {name: float(np.median(t)) for name, t in times.items()}
-    return median.pop("t"), {k: median[k] for k in ks}, median.pop("d")
+    return median["t"], {k: median[k] for k in ks}, median.get("d", 0.0)
 
 
 def run(args) -> int:
-    target, draft = tinyinfer.load(args.model), tinyinfer.load(args.draft)
+    with threadpool_limits(limits=args.blas_threads, user_api="blas"):
+        return measure_and_report(args)
+
+
+def measure_and_report(args) -> int:
+    target = tinyinfer.load(args.model)
+    draft = tinyinfer.load(args.draft) if "draft_model" in args.method else None
     if target.tokenizer is None:
         raise TinyInferError(f"{args.model} has no tokenizer: this benchmark prompts with text")
-    print(f"target {args.model}: {target.n_params / 1e6:.2f}M parameters; draft {args.draft}: "
-          f"{draft.n_params / 1e6:.2f}M; temperature {args.temperature}, {args.tokens} tokens, fastest of {args.rounds}")
+    prompt = task_prompt(args.model, args.task, args.prompt)
+    settings = [(None, None)] + [(method, k) for method in args.method for k in args.k]
+    print(f"target {args.model}: {target.n_params / 1e6:.2f}M parameters" +
+          (f"; draft {args.draft}: {draft.n_params / 1e6:.2f}M" if draft is not None else "") +
+          f"; task {args.task} ({len(target.tokenizer.encode(prompt))} prompt tokens), temperature "
+          f"{args.temperature}, {args.tokens} tokens, BLAS threads {args.blas_threads}, fastest of {args.rounds}")
     best, results = {}, {}
     for _ in range(args.rounds):
-        for k in [None, *args.k]:
-            extra = {} if k is None else dict(draft=draft, num_speculative_tokens=k)
-            seconds, results[k] = time_generate(target, args.prompt, args.tokens, args.temperature, **extra)
-            best[k] = min(best.get(k, np.inf), seconds)
-    c_t, c_v, c_d = step_costs(target, draft, target.tokenizer.encode(args.prompt), args.k)
-    print(f"\ncosts: target step c_t = {c_t * 1e3:.2f} ms, draft step c_d = {c_d * 1e3:.2f} ms (c_d / c_t = {c_d / c_t:.2f})")
-    print(f"\n{'':14s}{'tokens/s':>10s}{'speed-up':>10s}{'expected':>10s}{'accepted':>10s}{'tok/step':>10s}"
+        for method, k in settings:
+            helper = draft if method == "draft_model" else PromptLookup(prompt_lookup_max=args.prompt_lookup_max)
+            extra = {} if method is None else dict(draft=helper, num_speculative_tokens=k)
+            seconds, results[method, k] = time_generate(target, prompt, args.tokens, args.temperature, **extra)
+            best[method, k] = min(best.get((method, k), np.inf), seconds)
+    c_t, c_v, c_d = step_costs(target, draft, target.tokenizer.encode(prompt), args.k)
+    print(f"\ncosts: target step c_t = {c_t * 1e3:.2f} ms" +
+          (f", draft step c_d = {c_d * 1e3:.2f} ms (c_d / c_t = {c_d / c_t:.2f})" if draft is not None else ""))
+    print(f"\n{'':22s}{'tokens/s':>10s}{'speed-up':>10s}{'expected':>10s}{'accepted':>10s}{'tok/step':>10s}"
           f"{'c_v/c_t':>9s}  same tokens")
-    plain = results[None].token_ids
-    print(f"{'no draft':14s}{args.tokens / best[None]:10.1f}{1.0:9.2f}x")
-    for k in args.k:
-        s = results[k].speculation
-        expected = s.tokens_per_target_step / (k * c_d / c_t + c_v[k] / c_t)
-        same = "yes" if results[k].token_ids == plain else ("no (sampling: same distribution, other draws)"
-                                                            if args.temperature > 0 else "NO")
-        print(f"{'k = ' + str(k):14s}{args.tokens / best[k]:10.1f}{best[None] / best[k]:9.2f}x{expected:9.2f}x"
-              f"{s.acceptance_rate:10.0%}{s.tokens_per_target_step:10.2f}{c_v[k] / c_t:9.2f}  {same}")
+    plain = results[None, None].token_ids
+    print(f"{'no speculation':22s}{args.tokens / best[None, None]:10.1f}{1.0:9.2f}x")
+    for method, k in settings[1:]:
+        s = results[method, k].speculation
+        expected = s.tokens_per_target_step / (k * (c_d if method == "draft_model" else 0.0) / c_t + c_v[k] / c_t)
+        same = "yes" if results[method, k].token_ids == plain else (
+            "no (sampling: same distribution, other draws)" if args.temperature > 0 else "NO")
+        print(f"{f'{method} k = {k}':22s}{args.tokens / best[method, k]:10.1f}{best[None, None] / best[method, k]:9.2f}x"
+              f"{expected:9.2f}x{s.acceptance_rate:10.0%}{s.tokens_per_target_step:10.2f}{c_v[k] / c_t:9.2f}  {same}")
     return 0

@@ -14,7 +14,8 @@ small beside reading the weights, and a batch of 32 costs little more than one s
 model it is most of the step.
 
 This bench fills an engine with `--concurrency` sequences of `--context` tokens, all decoding, and times
-(fastest of `--repeats` runs each, so that other work on the machine, which only ever slows a run, drops out):
+(fastest of `--repeats` runs each, so that other work on the machine, which only ever slows a run, drops out;
+both in wall time and in this process's CPU time, which a busy machine disturbs far less):
 
     one engine step (a token for every sequence)
       its forward pass, and inside it, each run alone on the same shapes: the weight products, and the
@@ -44,7 +45,7 @@ from tinyinfer.commands import at_least
 from tinyinfer.engine import LLM
 from tinyinfer.errors import TinyInferError
 from tinyinfer.model import SeqChunk, leaves
-from tinyinfer.sampling import Sampler, SamplingParams
+from tinyinfer.sampling import Sampler, SamplingParams, sample_batch
 
 
 def add_arguments(parser) -> None:
@@ -63,18 +64,18 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     with threadpool_limits(limits=args.blas_threads, user_api="blas"):
         model = tinyinfer.load(args.model, device=args.device)
-        parts, alone = measure(model, args.concurrency, args.context, args.repeats, args.temperature, args.seed)
+        (parts, cpu), alone = measure(model, args.concurrency, args.context, args.repeats, args.temperature, args.seed)
     print(f"model: {args.model or 'built-in'} ({model.n_params / 1e6:.2f}M parameters), device {args.device}; "
           f"{args.concurrency} sequences of {args.context}+ tokens, all decoding; BLAS threads {args.blas_threads}; "
           f"fastest of {args.repeats} runs of each part")
-    print_parts(parts, args.concurrency, alone)
+    print_parts(parts, cpu, args.concurrency, alone)
     return 0
 
 
 def measure(model, concurrency: int, context: int, repeats: int, temperature: float = 0.8,
-            seed: int = 0) -> tuple[dict[str, float], float]:
-    """(seconds of one steady step of `concurrency` sequences of `context`+ tokens and of each of its parts,
-    seconds per token of `model.generate` on one of them alone)."""
+            seed: int = 0) -> tuple[tuple[dict[str, float], dict[str, float]], tuple[float, float]]:
+    """((wall, CPU) seconds of one steady step of `concurrency` sequences of `context`+ tokens and of each of
+    its parts, (wall, CPU) seconds per token of `model.generate` on one of them alone)."""
     if model.config.n_experts:
         raise TinyInferError("bench step times the products of a dense model; for a Mixture-of-Experts model "
                              "see `tinyinfer bench moe`")
@@ -85,8 +86,19 @@ def measure(model, concurrency: int, context: int, repeats: int, temperature: fl
     params = SamplingParams(temperature=temperature, max_tokens=room, ignore_eos=True)
     prompts = [random_prompt(model, np.random.default_rng([seed, i]), context) for i in range(concurrency)]
     parts = time_parts(model, filled_engine(model, prompts, params), repeats)
-    alone = min(model.generate(prompts[0], dataclasses.replace(params, max_tokens=32)).timings.tpot_s for _ in range(3))
-    return parts, alone
+    return parts, generate_per_token(model, prompts[0], params)
+
+
+def generate_per_token(model, prompt: list[int], params: SamplingParams, n: int = 32) -> tuple[float, float]:
+    """(wall, CPU) seconds per output token of `model.generate` alone, fastest of 3: the wall from its TPOT,
+    the CPU as the difference between n + 1 tokens and 1 token (the prefill drops out)."""
+    def cpu_of(tokens: int) -> float:
+        start = time.process_time()
+        model.generate(prompt, dataclasses.replace(params, max_tokens=tokens))
+        return time.process_time() - start
+
+    wall = min(model.generate(prompt, dataclasses.replace(params, max_tokens=n)).timings.tpot_s for _ in range(3))
+    return wall, max(min(cpu_of(n + 1) for _ in range(3)) - min(cpu_of(1) for _ in range(3)), 0.0) / n
 
 
 UNSHARED = ("weight products", "attention", "sampling", "detokenizing")  # the parts each sequence pays in full
@@ -108,20 +120,22 @@ def filled_engine(model, prompts: list[list[int]], params: SamplingParams) -> LL
     return llm
 
 
-def fastest(fn, repeats: int, xp=np) -> float:
-    """The shortest of `repeats` runs of fn(), in seconds, each waiting for the device `xp` to finish."""
-    best = float("inf")
+def fastest(fn, repeats: int, xp=np) -> tuple[float, float]:
+    """The shortest of `repeats` runs of fn(), in seconds of wall time and of this process's CPU time, each
+    waiting for the device `xp` to finish."""
+    wall = cpu = float("inf")
     for _ in range(repeats):
         synchronize(xp)
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         fn()
         synchronize(xp)
-        best = min(best, time.perf_counter() - start)
-    return best
+        wall, cpu = min(wall, time.perf_counter() - start), min(cpu, time.process_time() - start_cpu)
+    return wall, cpu
 
 
-def time_parts(model, llm: LLM, repeats: int) -> dict[str, float]:
-    """Seconds of one engine step and of each part of it, timed alone on the engine's own sequences."""
+def time_parts(model, llm: LLM, repeats: int) -> tuple[dict[str, float], dict[str, float]]:
+    """Seconds of one engine step and of each part of it, timed alone on the engine's own sequences: in wall
+    time and in CPU time."""
     seqs = list(llm.scheduler.running)
     # each sequence's newest cached position again: its keys and values are rewritten with the same numbers
     chunks = [SeqChunk(seq.seq_id, seq.num_tokens - 2, [seq.tokens[-2]], seq.lora) for seq in seqs]
@@ -131,11 +145,11 @@ def time_parts(model, llm: LLM, repeats: int) -> dict[str, float]:
         "forward pass": fastest(lambda: model.forward(chunks, llm.cache), repeats, model.xp),
         "weight products": fastest(weight_products(model, len(seqs)), repeats, model.xp),
         "attention": fastest(decode_attention_of(model, llm, chunks), repeats, model.xp),
-        "sampling": fastest(lambda: [s.sample(row) for s, row in zip(samplers, logits)], repeats, model.xp),
-        "detokenizing": fastest(detokenizing(model, seqs), repeats) if model.tokenizer is not None else 0.0,
+        "sampling": fastest(lambda: sample_batch(samplers, logits), repeats, model.xp),
+        "detokenizing": fastest(detokenizing(model, seqs), repeats) if model.tokenizer is not None else (0.0, 0.0),
     }
     parts["engine step"] = fastest(llm.step, repeats, model.xp)  # last: each step adds a token to every sequence
-    return parts
+    return {name: t[0] for name, t in parts.items()}, {name: t[1] for name, t in parts.items()}
 
 
 def weight_products(model, rows: int):
@@ -182,27 +196,35 @@ def detokenizing(model, seqs):
     return lambda: [stream.push(seq.output_ids[-1]) for stream, seq in zip(streams, seqs)]
 
 
-def print_parts(parts: dict[str, float], rows: int, alone_tpot: float) -> None:
-    ms = {name: 1000 * seconds for name, seconds in parts.items()}
+def print_parts(parts: dict[str, float], cpu: dict[str, float], rows: int, alone: tuple[float, float]) -> None:
+    """The parts in wall and CPU milliseconds, the step against its matrix products, and the batching bounds."""
     lines = [
-        (f"one engine step ({rows} tokens)", ms["engine step"], ""),
-        ("  forward pass", ms["forward pass"], ""),
-        (f"    weight products (every matrix, {rows} rows)", ms["weight products"], ""),
-        ("    attention (write, gather, products, softmax)", ms["attention"], ""),
-        ("    the rest: norms, RoPE, activations, ...",
-         ms["forward pass"] - ms["weight products"] - ms["attention"], "  (the difference)"),
-        (f"  sampling ({rows} rows)", ms["sampling"], ""),
-        (f"  detokenizing ({rows} tokens)", ms["detokenizing"], ""),
-        ("  scheduling and the engine's bookkeeping",
-         ms["engine step"] - ms["forward pass"] - ms["sampling"] - ms["detokenizing"], "  (the difference)"),
+        (f"one engine step ({rows} tokens)", "engine step", ""),
+        ("  forward pass", "forward pass", ""),
+        (f"    weight products (every matrix, {rows} rows)", "weight products", ""),
+        ("    attention (write, gather, products, softmax)", "attention", ""),
+        ("    the rest: norms, RoPE, activations, ...", None, "  (the difference)"),
+        (f"  sampling ({rows} rows)", "sampling", ""),
+        (f"  detokenizing ({rows} tokens)", "detokenizing", ""),
+        ("  scheduling and the engine's bookkeeping", "", "  (the difference)"),
     ]
-    print()
-    for label, value, note in lines:
-        print(f"{label:<52}{value:>7.2f} ms{note}")
-    at_most, unshared_only = bounds(parts, rows, alone_tpot)
-    print(f"\nper token: {ms['engine step'] / rows:.3f} ms in the batch, {1000 * alone_tpot:.3f} ms generating alone "
-          f"(model.generate's TPOT): in the steady state, continuous batching is at most {at_most:.1f}x sequential "
-          "generation")
-    print(f"work no batch shares, per token: products, attention, sampling and detokenizing "
-          f"{sum(ms[name] for name in UNSHARED) / rows:.3f} ms: with no other cost at all, batching could reach "
-          f"{unshared_only:.1f}x")
+
+    def value(t: dict[str, float], key) -> float:
+        if key is None:
+            return t["forward pass"] - t["weight products"] - t["attention"]
+        if key == "":
+            return t["engine step"] - t["forward pass"] - t["sampling"] - t["detokenizing"]
+        return t[key]
+
+    print(f"\n{'':<52}{'wall':>10s}{'CPU':>10s}")
+    for label, key, note in lines:
+        print(f"{label:<52}{1000 * value(parts, key):>7.2f} ms{1000 * value(cpu, key):>7.2f} ms{note}")
+    print(f"\nengine step / its weight products: {parts['engine step'] / parts['weight products']:.2f} (wall), "
+          f"{cpu['engine step'] / cpu['weight products']:.2f} (CPU)")
+    for name, t, per_token in (("wall", parts, alone[0]), ("CPU", cpu, alone[1])):
+        at_most, unshared_only = bounds(t, rows, per_token)
+        print(f"{name}: per token {1000 * t['engine step'] / rows:.3f} ms in the batch, {1000 * per_token:.3f} ms "
+              f"generating alone: in the steady state, continuous batching is at most {at_most:.1f}x sequential "
+              f"generation; with nothing but the work no batch shares (products, attention, sampling, "
+              f"detokenizing: {1000 * sum(t[n] for n in UNSHARED) / rows:.3f} ms a token) it could reach "
+              f"{unshared_only:.1f}x")

@@ -14,6 +14,7 @@ BENCHMARKS = {
     "tokenizer": "encode throughput against the Hugging Face tokenizers library",
     "grammar": "grammar compile and per-token mask time against llguidance/xgrammar when installed",
     "serve": "sequential vs static vs continuous batching on a synthetic workload",
+    "http": "a bounded load test of the HTTP server on loopback: errors, outputs, blocks freed, TTFT and TPOT",
     "step": "where the time of one serving step goes, and the most batching can gain over sequential generation",
     "moe": "a Mixture-of-Experts model against a dense one with equal active parameters, timed in alternation",
     "speculative": "generation with a draft model (speculative decoding) against generation without, timed in turns",

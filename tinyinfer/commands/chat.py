@@ -25,7 +25,8 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     template = ChatTemplate.for_model(args.model)  # fail before loading the weights if there is none
-    model = tinyinfer.load(args.model, device=args.device, kv_cache_dtype=args.kv_cache_dtype)
+    model = tinyinfer.load(args.model, device=args.device, kv_cache_dtype=args.kv_cache_dtype,
+                           keep_quantized=args.keep_quantized)
     resolve_params(model, None, sampling_overrides(args))  # bad flags fail now, not at every turn
     opening = [{"role": "system", "content": args.system}] if args.system else []
     messages = list(opening)

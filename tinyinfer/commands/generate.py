@@ -14,12 +14,17 @@ import re
 import sys
 from pathlib import Path
 
+import numpy as np
+
 import tinyinfer
+from tinyinfer.distribute import traffic_report
+from tinyinfer.commands.parallel_flags import add_parallel_arguments, connect_ranks, parallel_model, rank_zero_output
 from tinyinfer.errors import TinyInferError
 from tinyinfer.kv_quant import KV_CACHE_DTYPES
 from tinyinfer.lora import load_adapter
 from tinyinfer.moe import track_routing
 from tinyinfer.quantize import quantize_model
+from tinyinfer.speculative import PromptLookup
 
 # flag -> SamplingParams field, for the flags that map one to one
 SAMPLING_FLAGS = {
@@ -42,8 +47,8 @@ CONSTRAINT_KINDS = ("json_schema", "json", "regex", "choice")
 
 def add_sampling_arguments(parser) -> None:
     """The flags shared by `generate` and `chat`: one per SamplingParams field."""
-    parser.add_argument("--model", default=None, help="built-in name, model folder, llama2.c .bin, or HF repo id "
-                        "(default: the built-in model)")
+    parser.add_argument("--model", default=None, help="built-in name, model folder, llama2.c .bin, .gguf file, or HF "
+                        "repo id (default: the built-in model)")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     add_kv_cache_dtype_argument(parser)
     for name, (kind, help_text) in SAMPLING_FLAGS.items():
@@ -55,9 +60,13 @@ def add_sampling_arguments(parser) -> None:
 
 
 def add_kv_cache_dtype_argument(parser) -> None:
+    """--kv-cache-dtype, and --keep-quantized: the two flags that say how a loaded model holds its numbers."""
     parser.add_argument("--kv-cache-dtype", default="auto", choices=KV_CACHE_DTYPES,
                         help="how the KV cache stores keys and values: auto (the model's dtype), float16 or int8 "
                              "(fewer bytes per token, a small error; chapter 12)")
+    parser.add_argument("--keep-quantized", action="store_true",
+                        help="a .gguf model's quantised weights stay quantised in memory, dequantised at every "
+                             "product (less memory, slower decode; chapter 12); default: dequantised once at load")
 
 
 ESCAPES = {"\\\\": "\\", "\\n": "\n", "\\t": "\t"}  # as typed on a command line -> the character
@@ -87,9 +96,18 @@ def add_arguments(parser) -> None:
     parser.add_argument("--draft", metavar="MODEL", default=None,
                         help="speculative decoding: a smaller model with the same tokenizer guesses tokens for this one "
                              "to check (e.g. shakespeare-draft); see chapters/11-speculative-decoding.md")
-    parser.add_argument("--speculate", metavar="K", type=int, default=None, help="with --draft: guesses per round (default 4)")
+    parser.add_argument("--speculative-method", choices=["draft_model", "ngram"], default=None,
+                        help="ngram: prompt lookup, the guesses are the tokens that followed the text's last tokens "
+                             "earlier on (no draft model; pays when the output repeats the input); draft_model: --draft")
+    parser.add_argument("--speculate", metavar="K", type=int, default=None,
+                        help="with --draft or --speculative-method ngram: guesses per round (default 4)")
+    parser.add_argument("--prompt-lookup-max", metavar="N", type=int, default=3,
+                        help="with --speculative-method ngram: the longest suffix looked up (default 3)")
+    parser.add_argument("--prompt-lookup-min", metavar="N", type=int, default=1,
+                        help="with --speculative-method ngram: the shortest suffix looked up (default 1)")
     parser.add_argument("--show-routing", action="store_true",
                         help="Mixture-of-Experts models: print each layer's expert load to stderr after generation")
+    add_parallel_arguments(parser)
     if _structured_output_available():
         add_constraint_arguments(parser)
 
@@ -133,12 +151,32 @@ def constraint_factory(args, model):
     return lambda: build_constraint(kind, spec, vocabulary)
 
 
+CUT_BY = {"length": "at max_tokens (raise --max-tokens)", "stop": "by a stop string (drop --stop)"}
+
+
+def constraint_name(args) -> str:
+    """What the constraint flags ask for, in words."""
+    return "JSON" if args.json or args.json_schema else "match of the regular expression" if args.regex else "choice"
+
+
 def run(args) -> int:
-    model = tinyinfer.load(args.model, device=args.device, kv_cache_dtype=args.kv_cache_dtype)
+    comm = connect_ranks(args)
+    with rank_zero_output(comm):
+        return generate_on_this_rank(args, comm)
+
+
+def generate_on_this_rank(args, comm) -> int:
+    """The command, run by each rank alike (the same seed on all: rank 0's), printed by rank 0."""
+    model = tinyinfer.load(args.model, device=args.device, kv_cache_dtype=args.kv_cache_dtype,
+                           keep_quantized=args.keep_quantized)
     if args.quantize is not None:
         quantize_model(model, args.quantize)
     if args.lora is not None:
         load_adapter(model, "adapter", args.lora)
+    model = parallel_model(model, comm, args)
+    if comm.size > 1 and args.seed is None:  # every rank must draw the same tokens
+        args.seed = comm.broadcast_object(int(np.random.default_rng().integers(2**31)))
+    comm.stats.reset()  # from here on: the model's traffic only
     routing = track_routing(model) if args.show_routing else None
     prompt, add_special = args.prompt, True
     if args.chat:
@@ -151,22 +189,52 @@ def run(args) -> int:
         prompt, add_special = ChatTemplate.for_model(args.model).render(messages, add_generation_prompt=True), False
     elif args.system:
         raise TinyInferError("--system needs --chat (a system message only exists in a chat template)")
-    if args.speculate is not None and args.draft is None:
-        raise TinyInferError("--speculate needs --draft (the model that makes the guesses)")
-    draft = tinyinfer.load(args.draft, device=args.device, kv_cache_dtype=args.kv_cache_dtype) if args.draft is not None else None
-    outputs = model.generate(prompt, stream=True, constraint=constraint_factory(args, model),
+    draft = speculation_helper(args)
+    constraints = []  # each sample's, to tell after the run whether its output is complete
+    factory = constraint_factory(args, model)
+    making = None if factory is None else lambda: constraints.append(factory()) or constraints[-1]
+    outputs = model.generate(prompt, stream=True, constraint=making,
                              add_special_tokens=add_special, draft=draft, num_speculative_tokens=4 if args.speculate is None else args.speculate,
                              lora=None if args.lora is None else "adapter", **sampling_overrides(args))
     streams = outputs if isinstance(outputs, list) else [outputs]
+    incomplete = False
     for index, stream in enumerate(streams):
         if len(streams) > 1:
             print(f"--- sample {index + 1} of {len(streams)} ---", flush=True)
         write_stream(stream)
+        if constraints and not constraints[index].is_complete():
+            incomplete = True
+            print(f"warning: the {constraint_name(args)} is not complete: the output was cut "
+                  f"{CUT_BY.get(stream.result.finish_reason, 'short')}", file=sys.stderr)
         print_logprobs(stream.result, model.tokenizer)
         print_stats(stream.result)
+    warn_if_slower(stream.result.speculation for stream in streams)
     if routing is not None:
         print(routing.table(), file=sys.stderr)
-    return 0
+    if comm.size > 1:
+        print(traffic_report(model, comm), file=sys.stderr)
+    return 1 if incomplete else 0  # a constrained output cut short is not what was asked for
+
+
+def warn_if_slower(speculations) -> None:
+    """One line on stderr when guessing rounds were slower per token than the plain step timed in the run."""
+    slow = [s for s in speculations if s is not None and s.slower_than_plain]
+    if slow:
+        print(f"warning: speculation ran at {slow[0].speed_up:.2f}x the speed of plain decoding (measured in this "
+              "run): drop --draft / --speculative-method to decode faster", file=sys.stderr)
+
+
+def speculation_helper(args):
+    """What --draft / --speculative-method ask to guess with: a loaded draft model, a PromptLookup, or None."""
+    if args.speculative_method == "ngram":
+        if args.draft is not None:
+            raise TinyInferError("--speculative-method ngram guesses without a draft model: drop --draft")
+        return PromptLookup(args.prompt_lookup_max, args.prompt_lookup_min)
+    if args.draft is None:
+        if args.speculate is not None or args.speculative_method is not None:
+            raise TinyInferError("--speculate needs --draft (the model that makes the guesses) or --speculative-method ngram")
+        return None
+    return tinyinfer.load(args.draft, device=args.device, kv_cache_dtype=args.kv_cache_dtype)
 
 
 def write_stream(stream) -> None:
@@ -198,6 +266,6 @@ def print_stats(result) -> None:
           file=sys.stderr)
     s = result.speculation
     if s is not None:
-        print(f"[draft: {s.accepted} of {s.proposed} guesses kept ({s.acceptance_rate:.0%}), "
+        print(f"[speculation: {s.accepted} of {s.proposed} guesses kept ({s.acceptance_rate:.0%}), "
               f"{s.tokens_per_target_step:.2f} tokens per step of the model]", file=sys.stderr)
 

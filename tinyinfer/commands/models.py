@@ -7,9 +7,12 @@
       shakespeare-moe    MixtralForCausalLM          2.2M params     4.5 MB
     built-in LoRA adapters, for --lora (.../tinyinfer/models):
       shakespeare-shout  LoRA r=8 on shakespeare      0.1M params   443.3 KB
+    pulled (~/.cache/tinyinfer/models):
+      smollm2-135m-instruct  GGUF                          ? params    98.4 MB
     Hugging Face cache (~/.cache/huggingface/hub):
       HuggingFaceTB/SmolLM2-135M-Instruct  LlamaForCausalLM  134.5M params  269.1 MB
 
+Catalogue models not pulled yet are listed with the command that fetches them.
 Every model name printed here works as `--model NAME`, every adapter name as `--lora NAME`. Parameter counts come from the safetensors headers (no
 weights are read), sizes from the files on disk (cache snapshots are links to blobs: the blobs are counted).
 """
@@ -20,6 +23,7 @@ import json
 import math
 from pathlib import Path
 
+from tinyinfer.catalogue import CATALOGUE, model_cache_dir, pulled_path
 from tinyinfer.errors import TinyInferError
 from tinyinfer.lora import builtin_adapters
 from tinyinfer.resolve import BUILTIN_DIR, builtin_models, cached_models, hf_cache_dir
@@ -33,6 +37,7 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     sections = [("built-in", BUILTIN_DIR, builtin_models()),
                 ("built-in LoRA adapters, for --lora", BUILTIN_DIR, builtin_adapters()),
+                ("pulled", model_cache_dir(), pulled_models()),
                 ("Hugging Face cache", hf_cache_dir(), cached_models())]
     for source, where, models in sections:
         rows = [describe(name, folder) for name, folder in models.items()]
@@ -45,11 +50,22 @@ def run(args) -> int:
         for row in rows:
             params = f"{row['params'] / 1e6:.1f}M params" if row["params"] is not None else "? params"
             print(f"  {row['name']:{width}s}  {row['architecture']:24s} {params:>14s} {format_size(row['bytes']):>10s}")
+    missing = [name for name in CATALOGUE if pulled_path(name) is None]
+    if missing and not args.json:
+        print(f"not pulled yet (`python -m tinyinfer pull NAME`): {', '.join(missing)}")
     return 0
 
 
+def pulled_models() -> dict[str, Path]:
+    """Catalogue name -> its file in tinyinfer's model cache, for the models pulled."""
+    return {name: path for name in CATALOGUE if (path := pulled_path(name)) is not None}
+
+
 def describe(name: str, folder: Path) -> dict:
-    """Name, architecture, parameter count and size on disk of one model folder."""
+    """Name, architecture, parameter count and size on disk of one model folder (or one pulled file)."""
+    if folder.is_file():  # a pulled GGUF file: its size; its contents are read only by `load`
+        return {"name": name, "architecture": folder.suffix.lstrip(".").upper(), "params": None,
+                "bytes": folder.stat().st_size, "path": str(folder)}
     adapter = (folder / "adapter_config.json").is_file()
     try:
         config = json.loads((folder / ("adapter_config.json" if adapter else "config.json")).read_text(encoding="utf-8"))

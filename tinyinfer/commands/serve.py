@@ -7,7 +7,14 @@
 With `--lora shout=shakespeare-shout` (repeatable, as vLLM's `--lora-modules`) a request whose "model" is
 "shout" runs with that LoRA adapter, in the same batches as the requests on the base model.
 
-Ctrl-C stops it.
+    python -m tinyinfer serve --api-key KEY            # or TINYINFER_API_KEY=KEY: every route but /health asks for it
+    python -m tinyinfer serve --host 0.0.0.0 --api-key KEY --allowed-origins https://app.example
+
+Bound to 127.0.0.1 (the default) only local clients can connect, and only requests naming a loopback Host are
+answered; on any other address, give it an API key. Ctrl-C stops it.
+
+Over ranks, `mpirun -n 2 python -m tinyinfer serve --tensor-parallel-size 2`: rank 0 listens and schedules, every
+rank runs each step's forward pass (tinyinfer/engine/ranks.py).
 """
 
 from __future__ import annotations
@@ -16,9 +23,11 @@ import sys
 
 import tinyinfer
 from tinyinfer.chat import ChatTemplate
+from tinyinfer.commands import at_least, positive_number
 from tinyinfer.commands.generate import add_kv_cache_dtype_argument
-from tinyinfer.engine import LLM
-from tinyinfer.engine.server import Server
+from tinyinfer.commands.parallel_flags import add_parallel_arguments, connect_ranks, parallel_model, rank_zero_output
+from tinyinfer.engine.limits import API_KEY_ENV, Limits
+from tinyinfer.engine.ranks import engine_on_ranks
 from tinyinfer.errors import TinyInferError
 from tinyinfer.lora import load_adapter
 from tinyinfer.resolve import DEFAULT_MODEL
@@ -40,19 +49,52 @@ def add_arguments(parser) -> None:
                         help="serve a LoRA adapter as the model NAME (PATH: a PEFT folder or a built-in adapter such "
                              "as shakespeare-shout; a lone built-in name names it too); repeatable; see "
                              "chapters/13-lora.md")
+    parser.add_argument("--allow-runtime-lora-updating", action="store_true",
+                        help="serve POST /v1/load_lora_adapter and /v1/unload_lora_adapter (vLLM's; they read "
+                             "adapters from this machine's disk, so give an --api-key)")
+    parser.add_argument("--max-model-len", type=at_least(1), default=None,
+                        help="the context window served, prompt and output (default: the model's)")
     add_kv_cache_dtype_argument(parser)
+    add_parallel_arguments(parser)
+    security = parser.add_argument_group("security and limits")
+    security.add_argument("--api-key", default=None, help="require Authorization: Bearer KEY on every route but "
+                          f"/health (default: the environment variable {API_KEY_ENV}; unset: no key)")
+    security.add_argument("--allowed-origins", nargs="+", default=[], metavar="ORIGIN",
+                          help="web origins (https://app.example, or *) whose browser requests are answered, with "
+                               "CORS headers (default: none)")
+    security.add_argument("--max-body-bytes", type=at_least(1), default=Limits.max_body_bytes,
+                          help="largest request body (a larger one is a 413)")
+    security.add_argument("--max-queued-requests", type=at_least(0), default=Limits.max_queued,
+                          help="sequences queued beyond --max-num-seqs before new requests get a 503")
+    security.add_argument("--timeout-keep-alive", type=positive_number, default=Limits.keep_alive_s,
+                          help="seconds an idle connection stays open between requests")
 
 
 def run(args) -> int:
     if not 0 <= args.port <= 65535:
         raise TinyInferError(f"--port {args.port} is not a port: give 0..65535 (0: any free port)")
-    model = tinyinfer.load(args.model, device=args.device, kv_cache_dtype=args.kv_cache_dtype)
-    llm = LLM(model, block_size=args.block_size, max_num_seqs=args.max_num_seqs,
-              max_num_batched_tokens=args.max_num_batched_tokens, prefix_caching=not args.no_prefix_caching)
-    name = args.served_model_name or args.model or DEFAULT_MODEL
+    comm = connect_ranks(args)
+    model = tinyinfer.load(args.model, device=args.device, kv_cache_dtype=args.kv_cache_dtype,
+                           keep_quantized=args.keep_quantized)
     adapters = load_adapters(model, args.lora)
+    model = parallel_model(model, comm, args)
+    engine = dict(block_size=args.block_size, max_num_seqs=args.max_num_seqs,
+                  max_num_batched_tokens=args.max_num_batched_tokens, prefix_caching=not args.no_prefix_caching)
+    with rank_zero_output(comm), engine_on_ranks(model, comm, **engine) as llm:
+        return 0 if llm is None else serve(args, llm, adapters)  # None: another rank's work is done
+
+
+def serve(args, llm, adapters: dict[str, str]) -> int:
+    """Rank 0 (or the only process): the HTTP server over the engine, until Ctrl-C."""
+    from tinyinfer.engine.server import Server  # noqa: PLC0415 - the HTTP stack loads only for this command
+
+    name = args.served_model_name or args.model or DEFAULT_MODEL
+    limits = Limits(max_body_bytes=args.max_body_bytes, max_queued=args.max_queued_requests,
+                    keep_alive_s=args.timeout_keep_alive)
     try:
-        server = Server(llm, args.host, args.port, name, chat_template_of(args.model), adapters)
+        server = Server(llm, args.host, args.port, name, chat_template_of(args.model), adapters, api_key=args.api_key,
+                        allowed_origins=args.allowed_origins, limits=limits, max_model_len=args.max_model_len,
+                        runtime_lora=args.allow_runtime_lora_updating)
     except OSError as e:  # the port is taken, the address is not this machine's...
         raise TinyInferError(f"cannot listen on {args.host}:{args.port}: {e.strerror or e}: choose another --port, "
                              "or a --host address of this machine") from None

@@ -2,7 +2,8 @@
 
 Offline, a batch of prompts in, results out in the same order:
 
-    llm = LLM(model)                                              # a tinyinfer Model (tinyinfer.load)
+    llm = LLM("shakespeare")                                      # a name, folder, file or repo id, as vLLM's
+    llm = LLM(model)                                              # or a tinyinfer Model (tinyinfer.load)
     results = llm.generate(["ROMEO:", "JULIET:"], SamplingParams(max_tokens=50, temperature=0))
 
 Online (streaming), the caller owns the loop:
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 import time
 from dataclasses import dataclass
 
@@ -36,8 +38,9 @@ from tinyinfer.engine.scheduler import Scheduler, SchedulerConfig
 from tinyinfer.engine.sequence import RequestMetrics, Sequence, Status
 from tinyinfer.errors import TinyInferError, is_integer_at_least
 from tinyinfer.generation import check_fits, constraint_maker, encode_prompt, resolve_params, stop_ids
+from tinyinfer.loading import load
 from tinyinfer.lora import check_adapter
-from tinyinfer.sampling import Sampler, SamplingParams, TokenChoice, sequence_rngs
+from tinyinfer.sampling import Sampler, SamplingParams, TokenChoice, sample_batch, sequence_rngs
 from tinyinfer.stopping import StopMatcher
 
 
@@ -95,6 +98,8 @@ def _count(name: str, value, hint: str = "") -> None:
 class LLM:
     """A serving engine around one Model: paged KV cache, prefix caching, continuous batching.
 
+    model: a loaded Model, or what `tinyinfer.load` takes (a built-in name, a folder, a file, a repo id),
+    loaded here as vLLM's `LLM("name")` and `LLM(model="path")` do.
     block_size: tokens per KV block. n_blocks: blocks in the pool (default: every slot can hold a full
     context). max_num_seqs: sequences running at once. max_num_batched_tokens: tokens per step (decodes and
     prefill chunks together). chunked_prefill, prefix_caching: the two optimisations, on by default.
@@ -106,9 +111,11 @@ class LLM:
     def __init__(self, model, *, block_size: int = 16, n_blocks: int | None = None, max_num_seqs: int = 32,
                  max_num_batched_tokens: int = 512, chunked_prefill: bool = True, prefix_caching: bool = True,
                  static: bool = False, kv_cache_dtype: str | None = None):
+        if isinstance(model, (str, os.PathLike)):
+            model = load(model, kv_cache_dtype=kv_cache_dtype or "auto")
         if not (hasattr(model, "forward") and hasattr(model, "config")):
-            raise TinyInferError(f"LLM needs a loaded Model, not {type(model).__name__}: write "
-                                 "LLM(tinyinfer.load('shakespeare')) (or a folder, file or repo id)")
+            raise TinyInferError(f"LLM needs a model, not {type(model).__name__}: give its name or path "
+                                 "(LLM('shakespeare'), LLM(model='path/to/folder')) or a loaded Model")
         _count("block_size", block_size, " (16 is usual)")
         self.model = model
         config = SchedulerConfig(max_num_seqs, max_num_batched_tokens, chunked_prefill, prefix_caching, static)
@@ -177,12 +184,12 @@ class LLM:
             return []
         logits = self.model.forward(batch.chunks, self.cache)  # [n_seqs, V]: the last token of each chunk
         self.scheduler.advance(batch)
-        outputs = []
-        for row, seq in enumerate(batch.sequences):
-            if seq.num_computed < seq.num_tokens or seq.status is Status.FINISHED:
-                continue  # a prefill chunk short of the end, or a padding row: nothing to sample
-            new = self._sample(seq, logits[row])
-            outputs.append(self._output(seq, new))
+        ready = [(row, seq) for row, seq in enumerate(batch.sequences)  # not a prefill chunk short of the end
+                 if seq.num_computed == seq.num_tokens and seq.status is not Status.FINISHED]  # nor a padding row
+        rows = [row for row, _ in ready]
+        ready_logits = logits if len(rows) == len(logits) else logits[rows]  # [R, V]
+        choices = sample_batch([seq.sampler for _, seq in ready], ready_logits)  # each row its own controls and draw
+        outputs = [self._output(seq, self._take(seq, choice)) for (_, seq), choice in zip(ready, choices)]
         self._log(batch)
         return outputs
         # END EXERCISE 10.3
@@ -263,13 +270,12 @@ class LLM:
         if self.model.tokenizer is not None:  # text, shown as whole characters and cut before a stop string
             from tinyinfer.tokenizer import StreamingDetokenizer  # noqa: PLC0415 - models without one skip it
 
-            seq.detokenizer, seq.stop_matcher = StreamingDetokenizer(self.model.tokenizer), StopMatcher(params.stop)
+            seq.detokenizer, seq.stop_matcher = StreamingDetokenizer(self.model.tokenizer, context=prompt_ids), StopMatcher(params.stop)
         return seq
 
-    def _sample(self, seq: Sequence, logits) -> list[int]:
-        """Draw the sequence's next token and apply the stopping rules (those of `model.generate`);
-        return the tokens it gained (0 or 1)."""
-        choice = seq.sampler.sample(logits)
+    def _take(self, seq: Sequence, choice: TokenChoice) -> list[int]:
+        """Apply the stopping rules (those of `model.generate`) to the sequence's drawn token; return the
+        tokens it gained (0 or 1)."""
         token = choice.token_id
         seq.metrics.first_token = seq.metrics.first_token or time.perf_counter()
         if token in seq.enders:

@@ -1,6 +1,13 @@
 """The OpenAI API's side of the server (tinyinfer/engine/server.py): request bodies in, token ids and
 SamplingParams out; RequestOutputs in, response bodies and stream chunks out. Plain functions over dicts,
-with no threads and no sockets.
+with no threads and no sockets. The server is seen only through `Served` (what it serves and its limits), so
+this module sits below the HTTP layer and imports nothing of it.
+
+Limits, each a 400 naming the field before any work: at most MAX_STOP_STRINGS stop strings of at most
+MAX_STOP_CHARS characters; n up to the samples the engine runs at once; logprobs and top_logprobs up to
+MAX_LOGPROBS; and a text prompt is measured before it is tokenized: no token is longer than the vocabulary's
+longest, so a text of more bytes than max_model_len such tokens cannot fit, and is refused without running the
+tokenizer over it.
 
 Each knob of a request has its OpenAI name and meaning and maps onto a SamplingParams field; a knob left
 out takes the checkpoint's generation_config.json value, as `generate` does:
@@ -39,7 +46,7 @@ import json
 import threading
 import time
 import uuid
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from tinyinfer.constrain import (
     Constraint,
@@ -49,11 +56,12 @@ from tinyinfer.constrain import (
 )
 from tinyinfer.constrain.tools import ToolCallStream, calls_so_far, tool_functions
 from tinyinfer.errors import TinyInferError
-from tinyinfer.generation import check_fits, constraint_vocabulary, encode_prompt, resolve_params
+from tinyinfer.generation import constraint_vocabulary, encode_prompt, resolve_params
 from tinyinfer.sampling import SamplingParams
 
-if TYPE_CHECKING:
-    from tinyinfer.engine.server import Server, Submission
+MAX_STOP_STRINGS = 16  # OpenAI allows 4; vLLM any number: each one is matched against every new piece of text
+MAX_STOP_CHARS = 256  # the text a stop string holds back is as long as the longest one
+MAX_LOGPROBS = 20  # alternatives per token (OpenAI's top_logprobs limit, vLLM's default max_logprobs)
 
 # request field -> SamplingParams field: OpenAI's names, then tinyinfer's (and vLLM's) extras
 SAMPLING_FIELDS = {name: name for name in (
@@ -67,7 +75,20 @@ OTHER_FIELDS = {"prompt", "messages", "model", "stream", "stream_options", "logp
                 "cache_salt", "user", "metadata", "store", "service_tier"}  # the last four: no effect on the output
 NO_OP_VALUES = {"echo": False, "best_of": 1, "suffix": ""}  # accepted at these values only
 FINISH_REASONS = {"eos": "stop", "stop": "stop", "length": "length"}  # the engine's reasons -> OpenAI's
-_COMPILING = threading.Lock()  # handler threads compile constraints; the constraint caches are plain dicts
+_COMPILING = threading.Lock()  # worker threads compile constraints; the constraint caches are plain dicts
+
+
+class Served(Protocol):
+    """What the server serves, as this module needs it: the model (with its tokenizer), its name in the API,
+    its chat template (None: no chat), the LoRA adapters loaded on it (name -> where from), the samples the
+    engine runs at once, and the context window served (at most the model's)."""
+
+    model: object
+    model_name: str
+    chat_template: object
+    adapters: dict[str, str]
+    max_num_seqs: int
+    max_model_len: int
 
 
 class RequestError(TinyInferError):
@@ -78,12 +99,11 @@ class RequestError(TinyInferError):
         self.param, self.status = param, status
 
 
-def read_json(stream, length) -> dict:
-    """The request body (`length` bytes, its Content-Length): a JSON object."""
+def parse_json(data: bytes) -> dict:
+    """The request body: a JSON object."""
     try:
-        size = int(length or 0)
-        body = json.loads(stream.read(size)) if size > 0 else None
-    except (ValueError, UnicodeDecodeError, RecursionError) as e:  # bad JSON or length, or nesting too deep
+        body = json.loads(data) if data else None
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:  # bad JSON, or nesting too deep
         raise RequestError(f"the request body is not valid JSON ({e}): send a JSON object") from None
     if not isinstance(body, dict):
         what = "empty" if body is None else f"a JSON {type(body).__name__}"
@@ -92,32 +112,35 @@ def read_json(stream, length) -> dict:
     return body
 
 
-def engine_requests(server: Server, body: dict, chat: bool) -> list[tuple[str, list[int], SamplingParams, object]]:
+def engine_requests(served: Served, body: dict, chat: bool) -> list[tuple[str, list[int], SamplingParams, object]]:
     """The engine's work for a request body: a fresh request id, the token ids, the SamplingParams and the
     constraint maker (None: free text) of each prompt (a chat request has one)."""
-    model, max_seqs = server.model, server.engine.llm.scheduler.config.max_num_seqs
-    make_constraint = output_constraint(server, body, chat)  # first: it checks the tools the template shows
-    prompts = (chat_prompt(server, body.get("messages"), body.get("tools") or None) if chat
-               else completion_prompts(model, body.get("prompt")))
-    params = sampling_params(model, body, chat)
+    model, max_seqs = served.model, served.max_num_seqs
+    params = sampling_params(model, body, chat)  # first: cheap checks before any tokenizing or compiling
     if params.n > max_seqs:  # the samples of a request must be able to run at once
         raise RequestError(f"n={params.n} is more samples than the engine runs at once ({max_seqs}): lower n, or "
                            "serve with a larger --max-num-seqs", "n")
+    make_constraint = output_constraint(served, body, chat)  # before the prompt: it checks the tools the template shows
+    prompts = (chat_prompt(served, body.get("messages"), body.get("tools") or None) if chat
+               else completion_prompts(served, body.get("prompt")))
+    if len(prompts) * params.n > max_seqs:
+        raise RequestError(f"{len(prompts)} prompts x n={params.n} is more sequences than the engine runs at once "
+                           f"({max_seqs}): send fewer prompts per request", "prompt")
     given = body.get("max_tokens") is not None or body.get("max_completion_tokens") is not None
-    return [(f"{uuid.uuid4().hex}-{i}", ids, fit_max_tokens(model, ids, params, given), make_constraint)
+    return [(f"{uuid.uuid4().hex}-{i}", ids, fit_max_tokens(served, ids, params, given), make_constraint)
             for i, ids in enumerate(prompts)]
 
 
-def requested_adapter(server: Server, body: dict) -> str | None:
+def requested_adapter(served: Served, body: dict) -> str | None:
     """The LoRA adapter the request's `model` asks for, as vLLM serves adapters: each one is a model of its own
     name, and the served model's name (or no `model`) means no adapter. Any other name is a 404."""
     name = body.get("model")
-    if name in (None, server.model_name):
+    if name in (None, served.model_name):
         return None
-    if isinstance(name, str) and name in server.adapters:
+    if isinstance(name, str) and name in served.adapters:
         return name
-    served = ", ".join(map(repr, [server.model_name, *server.adapters]))
-    raise RequestError(f"model {name!r} is not served here: this server serves {served}", "model", 404)
+    names = ", ".join(map(repr, [served.model_name, *served.adapters]))
+    raise RequestError(f"model {name!r} is not served here: this server serves {names}", "model", 404)
 
 
 def cache_salt(body: dict) -> str | None:
@@ -148,7 +171,21 @@ def sampling_params(model, body: dict, chat: bool) -> SamplingParams:
             SamplingParams(**{field_name: value})
         except TinyInferError as e:
             raise RequestError(str(e), name) from None
+    check_limits({field_name: value for field_name, (value, _) in fields.items()},
+                 {field_name: name for field_name, (_, name) in fields.items()})
     return resolve_params(model, None, {field_name: value for field_name, (value, _) in fields.items()})
+
+
+def check_limits(fields: dict, names: dict) -> None:
+    """The server's bounds on valid SamplingParams values (`names`: the request field each came from)."""
+    stop = fields.get("stop")
+    stops = [stop] if isinstance(stop, str) else list(stop or [])
+    if len(stops) > MAX_STOP_STRINGS or any(len(s) > MAX_STOP_CHARS for s in stops):
+        raise RequestError(f"stop has {len(stops)} strings of up to {max(map(len, stops))} characters: this server "
+                           f"takes at most {MAX_STOP_STRINGS} of at most {MAX_STOP_CHARS}", names["stop"])
+    if (fields.get("logprobs") or 0) > MAX_LOGPROBS:
+        raise RequestError(f"{names['logprobs']}={fields['logprobs']} asks for more alternatives per token than the "
+                           f"{MAX_LOGPROBS} this server gives: lower it", names["logprobs"])
 
 
 def logprobs_wanted(body: dict, chat: bool):
@@ -172,7 +209,7 @@ def logprobs_wanted(body: dict, chat: bool):
     return (0 if top is None else top) if wanted else None
 
 
-def output_constraint(server: Server, body: dict, chat: bool):
+def output_constraint(served: Served, body: dict, chat: bool):
     """A function making a fresh constraint per sample for the structure the request asks for, or None.
     The grammar is compiled here, once (later requests with the same spec find it in build_constraint's cache);
     each sample then gets its own Constraint, its own position in that grammar."""
@@ -182,7 +219,7 @@ def output_constraint(server: Server, body: dict, chat: bool):
     kind, spec, field = asked
     try:
         with _COMPILING:
-            compiled = build_constraint(kind, spec, constraint_vocabulary(server.model))
+            compiled = build_constraint(kind, spec, constraint_vocabulary(served.model))
     except TinyInferError as e:  # a malformed schema, or a keyword or pattern the compiler cannot express
         raise RequestError(str(e), field) from None
     return functools.partial(Constraint, compiled.masker)
@@ -272,13 +309,16 @@ def parallel_tool_calls(body: dict) -> bool:
     return value is not False
 
 
-def fit_max_tokens(model, prompt_ids: list[int], params: SamplingParams, given: bool) -> SamplingParams:
+def fit_max_tokens(served: Served, prompt_ids: list[int], params: SamplingParams, given: bool) -> SamplingParams:
     """The params for one prompt: without an explicit max_tokens, the default shrinks to what the context
-    window leaves (as vLLM does); then the prompt must fit."""
+    window served (max_model_len) leaves (as vLLM does); then the prompt must fit."""
+    limit, n_prompt = served.max_model_len, len(prompt_ids)
     if not given:
-        room = model.config.max_seq_len - len(prompt_ids)
-        params = dataclasses.replace(params, max_tokens=max(1, min(params.max_tokens, room)))
-    check_fits(model, len(prompt_ids), params.max_tokens)
+        params = dataclasses.replace(params, max_tokens=max(1, min(params.max_tokens, limit - n_prompt)))
+    if n_prompt + params.max_tokens > limit:
+        raise RequestError(f"prompt ({n_prompt} tokens) + max_tokens ({params.max_tokens}) = "
+                           f"{n_prompt + params.max_tokens} exceeds the context window of {limit} tokens this server "
+                           "serves (max_model_len): shorten the prompt or lower max_tokens")
     return params
 
 
@@ -293,30 +333,54 @@ def stream_options(body: dict) -> tuple[bool, bool]:
     return stream, options.get("include_usage", False)
 
 
-def completion_prompts(model, prompt) -> list[list[int]]:
+def completion_prompts(served: Served, prompt) -> list[list[int]]:
     """Token ids of each prompt: `prompt` is a text, a list of token ids, or a batch (a list of either)."""
     if prompt is None:
         raise RequestError("prompt is missing: give a text, a list of token ids, or a list of either", "prompt")
     batch = isinstance(prompt, list) and bool(prompt) and all(isinstance(p, (str, list)) for p in prompt)
+    prompts = prompt if batch else [prompt]
+    if len(prompts) > served.max_num_seqs:
+        raise RequestError(f"{len(prompts)} prompts in one request: this server runs at most {served.max_num_seqs} "
+                           "sequences at once: send fewer", "prompt")
     try:
-        return [encode_prompt(model, p) for p in (prompt if batch else [prompt])]
+        return [encode_prompt(served.model, check_text_fits(served, p, "prompt")) for p in prompts]
     except TinyInferError as e:
         raise RequestError(f"{e} (prompt is a text, a list of token ids, or a list of either)", "prompt") from None
 
 
-def chat_prompt(server: Server, messages, tools: list | None = None) -> list[list[int]]:
+def check_text_fits(served: Served, text, field: str):
+    """Refuse, before tokenizing it, a text that cannot fit the context window: every token stands for at most
+    `longest_token_bytes` bytes, so a text of more bytes than max_model_len such tokens has too many tokens.
+    Anything but a string passes through (token ids are counted as they are)."""
+    if isinstance(text, str) and len(text) > served.max_model_len:  # a character is at least one byte
+        size, longest = len(text.encode("utf-8", "surrogatepass")), longest_token_bytes(served.model.tokenizer)
+        if size > served.max_model_len * longest:
+            raise RequestError(f"the {field} is {size} bytes: more than the {served.max_model_len} tokens of the "
+                               f"context window can hold (no token is longer than {longest} bytes): shorten it",
+                               field)
+    return text
+
+
+@functools.lru_cache(maxsize=8)
+def longest_token_bytes(tokenizer) -> int:
+    """The most bytes of text one token id stands for, over the whole vocabulary (special tokens included)."""
+    return max(len(tokenizer.token_bytes(i)) for i in range(tokenizer.vocab_size))
+
+
+def chat_prompt(served: Served, messages, tools: list | None = None) -> list[list[int]]:
     """The conversation (and the tools offered, for templates that show them) rendered by the model's chat
     template: one prompt's token ids."""
-    if server.chat_template is None:
-        raise RequestError(f"the model {server.model_name!r} has no chat template (no chat_template in its "
+    if served.chat_template is None:
+        raise RequestError(f"the model {served.model_name!r} has no chat template (no chat_template in its "
                            "tokenizer_config.json): use /v1/completions, or serve a chat model", "messages")
     if not isinstance(messages, list) or not messages:
         raise RequestError(f"messages={messages!r:.60} is invalid: give a non-empty list of "
                            '{"role": ..., "content": ...} objects', "messages")
     messages = [{**m, "content": message_text(m.get("content"))} if isinstance(m, dict) else m for m in messages]
     try:
-        text = server.chat_template.render(messages, add_generation_prompt=True, tools=tools)
-        return [encode_prompt(server.model, text, add_special_tokens=False)]  # the template holds its special tokens
+        text = check_text_fits(served, served.chat_template.render(messages, add_generation_prompt=True, tools=tools),
+                               "messages")
+        return [encode_prompt(served.model, text, add_special_tokens=False)]  # the template holds its special tokens
     except TinyInferError as e:
         raise RequestError(str(e), "messages") from None
 
@@ -342,15 +406,16 @@ def _call(name: str, arguments: str) -> dict:
 
 
 class Reply:
-    """The OpenAI response bodies of one submission, whole or as stream chunks, built from its outputs.
+    """The OpenAI response bodies of one submission's requests, whole or as stream chunks, from its outputs.
     With `tools` (those the reply may call) a finished reply that is a call becomes the message's tool_calls;
     streamed, each call is sent as OpenAI streams one (`ToolCallStream`): its id and name once the name is
     complete, then its arguments as they grow. A reply whose first character shows it is text streams as text."""
 
-    def __init__(self, chat: bool, model_name: str, submission: Submission, tokenizer, tools: list | None = None):
-        self.chat, self.prompts, self.tokenizer = chat, [ids for _, ids, _, _ in submission.requests], tokenizer
+    def __init__(self, chat: bool, model_name: str, requests: list, tokenizer, tools: list | None = None):
+        self.chat, self.prompts, self.tokenizer = chat, [ids for _, ids, _, _ in requests], tokenizer
         self.tools = tools
-        self.index = {key: i for i, key in enumerate(submission.keys())}  # (request id, sample) -> choice index
+        keys = [(rid, i) for rid, _, params, _ in requests for i in range(params.n)]
+        self.index = {key: i for i, key in enumerate(keys)}  # (request id, sample) -> choice index
         kind = ("chatcmpl", "chat.completion") if chat else ("cmpl", "text_completion")
         self.head = {"id": f"{kind[0]}-{uuid.uuid4().hex}", "object": kind[1], "created": int(time.time()),
                      "model": model_name}
@@ -361,8 +426,9 @@ class Reply:
                    for key, i in self.index.items()]
         return {**self.head, "choices": choices, "usage": self._usage(final.values())}
 
-    def chunks(self, outputs, include_usage: bool):
-        """Each output's new text as a chunk; a chat stream first says each choice's role."""
+    async def chunks(self, outputs, include_usage: bool):
+        """Each output's new text as a chunk (`outputs`: an async iterator); a chat stream first says each
+        choice's role."""
         head = {**self.head, "object": "chat.completion.chunk" if self.chat else "text_completion"}
         usage = {"usage": None} if include_usage else {}
         for i in self.index.values() if self.chat else []:
@@ -371,7 +437,7 @@ class Reply:
         sent = dict.fromkeys(self.index, (0, 0))  # per choice: characters of text, and logprobs, sent so far
         calls = {key: ToolCallStream() for key in self.index} if self.tools is not None else {}
         final = []
-        for out in outputs:
+        async for out in outputs:
             key = (out.request_id, out.index)
             chars, tokens = sent[key]
             as_calls = key in calls and not ToolCallStream.is_text(out.text)  # calls, or not known yet: held as such

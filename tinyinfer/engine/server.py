@@ -3,178 +3,316 @@
     python -m tinyinfer serve --port 8000
     curl localhost:8000/v1/completions -d '{"prompt": "ROMEO:", "max_tokens": 30, "temperature": 0}'
 
-Endpoints: GET /v1/models, GET /health, POST /v1/completions, POST /v1/chat/completions, with the request
-fields and response shapes of the OpenAI API (translated in tinyinfer/engine/openai_api.py), so any OpenAI
-client can talk to it. Standard library only: http.server, threading, queue, json.
+Endpoints: GET /v1/models, GET /health, GET /metrics (Prometheus, tinyinfer/engine/metrics.py),
+POST /v1/completions, POST /v1/chat/completions, and with `runtime_lora` POST /v1/load_lora_adapter and
+/v1/unload_lora_adapter, with the request fields and response shapes of the OpenAI API (and vLLM's), translated
+in tinyinfer/engine/openai_api.py, so any OpenAI client can talk to it.
 
-**One engine thread.** The LLM (tinyinfer/engine/llm.py) is not thread-safe, and it does not need to be:
-exactly one thread, the engine thread, ever touches it. Each HTTP request gets its own handler thread
-(ThreadingHTTPServer), which parses and checks the request, tokenizes it, and hands the engine a
-`Submission` through a thread-safe queue (the inbox). The engine thread loops:
-
-    wait on the inbox while there is no work (no busy loop)  ->  admit what arrived (add_request, abort)
-    ->  one step() for every running request  ->  put each RequestOutput on its submission's own queue
-
-Requests that arrive while others are running join them at the next step: that is continuous batching
-(chapter 10), now fed by real clients. The handler threads only wait on their queues and write to sockets.
+**The stack.** HTTP is not the lesson, so it is a well-kept one: uvicorn parses HTTP/1.1 (h11), keeps
+connections alive, times idle ones out and listens with a deep backlog; Starlette routes requests (ASGI). The
+engine loop (tinyinfer/engine/async_engine.py) is tinyinfer's own: one thread owns the LLM, requests are
+handed to it, outputs come back on asyncio queues. On top of uvicorn this module adds what a server open to
+clients needs (`Limits`): a body-size cap (413: by Content-Length before reading, and while reading a body
+of unknown length), a deadline for the request head and one for the body (408), a bound on the sequences
+queued (503, `async_engine.Overloaded`).
 
 **Streaming.** With `"stream": true` the reply is Server-Sent Events: one `data: {json chunk}\\n\\n` per
-piece of new text (the text an output gained since the last one), then `data: [DONE]\\n\\n`. Text only
-grows, and the engine holds back anything a stop string might still cut, so the deltas joined equal the
-non-streamed text.
+piece of new text, then `data: [DONE]\\n\\n`. The deltas joined equal the non-streamed text.
 
-**Abort on disconnect.** A client that goes away must not keep its blocks. The handler notices (a write
-fails, or while waiting the socket reads end-of-file) and sends an abort through the inbox; the engine
-thread calls `LLM.abort`, which frees the request's KV blocks before the next step.
+**Disconnects, the ASGI way.** While a request runs, a task waits on ASGI `receive()`; uvicorn answers it
+`http.disconnect` when the connection is lost, and the request is aborted in the engine (its KV blocks go back
+before the next step). A client that only half-closes (shuts down its sending side after the request, as
+`nc -N` does) still gets its answer: at end-of-file the connection stays open for writing (`HttpProtocol`),
+and until the answer starts a `100 Continue` interim response (which HTTP/1.1 clients skip) is sent now and
+then: a client that has really gone answers it with a reset, and the next write fails.
 
-**Structured output.** `response_format`, vLLM's `guided_*` fields and chat `tools` become a constraint
-(openai_api.py), compiled on the handler thread; the engine gives each sample its own grammar state.
+**Keys, hosts, origins.** With an API key (`--api-key` or TINYINFER_API_KEY) every route but /health needs
+`Authorization: Bearer KEY`, compared in constant time (hmac.compare_digest); else a 401 in OpenAI's shape.
+Bound to a loopback address, the server answers only requests whose Host is a loopback name, so a web page
+cannot reach it through DNS rebinding (421); a browser request (it carries an Origin) is refused unless its
+origin is allowed (`--allowed-origins`), which also turns on CORS for those origins only.
 
-**LoRA adapters.** Each adapter loaded on the model (tinyinfer/lora.py) is served as a model of its own name,
-listed by GET /v1/models with the base model as its `parent`; a request naming it in `model` runs with it,
-in the same batches as the others (vLLM's `--lora-modules` convention).
-
-Bad input is answered 400 with an OpenAI-style error body whose message is the TinyInferError text; a bug
+Bad input is answered 4xx with an OpenAI-style error body whose message is the TinyInferError text; a bug
 is answered 500, and the engine thread carries on with the other requests.
 """
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
+import hmac
+import ipaddress
 import json
-import queue
-import selectors
+import os
 import socket
-import traceback
 import threading
 import time
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+import traceback
 
+import h11
+import uvicorn
+from prometheus_client import CONTENT_TYPE_LATEST
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.middleware.cors import CORSMiddleware
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from tinyinfer.engine.async_engine import GONE, ClientGone, Engine, Submission
+from tinyinfer.engine.limits import API_KEY_ENV, Limits
+from tinyinfer.engine.metrics import EngineMetrics
 from tinyinfer.engine.openai_api import (
     Reply,
     RequestError,
     cache_salt,
     engine_requests,
-    read_json,
+    parse_json,
     requested_adapter,
     stream_options,
     tool_choice,
 )
-from tinyinfer.errors import TinyInferError
-from tinyinfer.lora import check_adapter
-from tinyinfer.sampling import SamplingParams
+from tinyinfer.errors import TinyInferError, is_integer_at_least
+from tinyinfer.lora import check_adapter, load_adapter, unload_adapter
 
-POLL_S = 0.25  # how long a handler waits for the engine before it checks that its client is still there
-
-
-class ClientGone(Exception):
-    """The client closed its connection while its request was running."""
+LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1"}
 
 
-@dataclass
-class Submission:
-    """One HTTP request's work for the engine: a (request id, prompt ids, params, constraint maker) per prompt,
-    the LoRA adapter they all run with (None: the base model), and the queue on which the engine thread
-    answers: first ACCEPTED or an exception, then RequestOutputs."""
-
-    requests: list[tuple[str, list[int], SamplingParams, object]]
-    lora: str | None = None
-    cache_salt: str | None = None
-    events: queue.Queue = field(default_factory=queue.Queue)
-
-    def keys(self) -> list[tuple[str, int]]:
-        """(request id, sample index) of every choice, in the order of the response's `choices`."""
-        return [(rid, i) for rid, _, params, _ in self.requests for i in range(params.n)]
+def check_max_model_len(model, max_model_len: int | None) -> int:
+    """The context window served: the model's, or a smaller one (vLLM's --max-model-len)."""
+    window = model.config.max_seq_len
+    if max_model_len is None:
+        return window
+    if not is_integer_at_least(max_model_len) or max_model_len > window:
+        raise TinyInferError(f"max_model_len={max_model_len!r}: give an integer from 1 to the model's context window "
+                             f"({window} tokens)")
+    return max_model_len
 
 
-ACCEPTED = "accepted"  # the engine queued every request of a submission
-STOP = None  # tells the engine thread to end
+class HttpProtocol(H11Protocol):
+    """uvicorn's HTTP/1.1 protocol, plus a deadline for the request head and half-closed clients.
 
+    A connection must deliver a whole request head within `head_timeout_s` of opening (or of its last answer),
+    else it is closed: a client trickling its headers holds nothing for long. At end-of-file while an answer
+    is still due, the connection stays open for writing and is probed (see the module's docstring)."""
 
-class Engine:
-    """The one thread that owns the LLM. Other threads only `submit` and `abort`: their calls travel through
-    the inbox as functions the engine thread runs between two steps."""
+    limits = Limits()
 
-    def __init__(self, llm):
-        self.llm = llm
-        self.inbox: queue.Queue = queue.Queue()
-        self.routes: dict[str, Submission] = {}  # running request id -> the submission waiting for it
-        self.thread = threading.Thread(target=self._loop, name="tinyinfer-engine", daemon=True)
-        self.thread.start()
+    def connection_made(self, transport) -> None:
+        super().connection_made(transport)
+        self.peer_closed = False
+        self._arm_head_deadline()
 
-    def submit(self, submission: Submission) -> None:
-        self.inbox.put(lambda: self._admit(submission))
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if self.peer_closed:
+            self.transport.close()  # nothing more can come from a client that closed its side
+        elif not self.transport.is_closing():
+            self._arm_head_deadline()
 
-    def abort(self, submission: Submission) -> None:
-        """Stop what is left of a submission: its blocks go back to the pool before the next step."""
-        self.inbox.put(lambda: self._abort(submission))
+    def eof_received(self) -> bool | None:
+        cycle = self.cycle
+        if cycle is None or cycle.response_complete or cycle.more_body:
+            return None  # nothing is due, or the body was cut short: close
+        self.peer_closed = True
+        self._probe()
+        return True  # keep the connection open for the answer
 
-    def stop(self) -> None:
-        self.inbox.put(STOP)
-        self.thread.join()
+    def _arm_head_deadline(self) -> None:
+        """Close the connection if, `head_timeout_s` from now, no new request has begun (`cycle` is still the
+        last one) and no whole request head has come in (h11 still waits for one)."""
+        last = self.cycle
 
-    def _loop(self) -> None:
-        while True:
-            calls = [] if self.llm.has_unfinished() else [self.inbox.get()]  # idle: sleep until work comes
-            while not self.inbox.empty():
-                calls.append(self.inbox.get())
-            for call in calls:
-                if call is STOP:
-                    return
-                self._guarded(call)
-            if self.llm.has_unfinished():
-                self._guarded(self._step)
+        def expire():
+            if self.cycle is last and self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+                self.transport.close()
 
-    def _guarded(self, call) -> None:
-        """Run one call of the loop; a bug in it fails the requests in flight, and the thread keeps serving."""
-        try:
-            call()
-        except Exception as e:  # noqa: BLE001 - a bug: the engine thread must outlive it, or every request hangs
-            traceback.print_exc()  # the server's log: the client only gets a 500 with the message
-            routes, self.routes = self.routes, {}
-            for submission in routes.values():
-                submission.events.put(e)  # first unblock every handler waiting on a request in flight
-            for rid in routes:
-                with contextlib.suppress(Exception):  # best effort: the engine's state may be what failed
-                    self.llm.abort(rid)
+        self.loop.call_later(self.limits.head_timeout_s, expire)
 
-    def _admit(self, submission: Submission) -> None:
-        added = []
-        try:
-            for rid, prompt_ids, params, make_constraint in submission.requests:
-                added.append(self.llm.add_request(prompt_ids, params, request_id=rid, lora=submission.lora,
-                                                   constraint=make_constraint, cache_salt=submission.cache_salt))
-        except Exception as e:  # noqa: BLE001 - bad input (a 400), or a bug (a 500): the handler answers it
-            for rid in added:
-                self.llm.abort(rid)
-            submission.events.put(e)
+    def _probe(self) -> None:
+        if self.transport.is_closing() or self.cycle.response_complete:
             return
-        self.routes.update((rid, submission) for rid in added)
-        submission.events.put(ACCEPTED)
-
-    def _abort(self, submission: Submission) -> None:
-        for rid, *_ in submission.requests:
-            self.llm.abort(rid)  # ids that already finished are ignored
-            self.routes.pop(rid, None)
-
-    def _step(self) -> None:
-        outputs = self.llm.step()
-        for out in outputs:
-            self.routes[out.request_id].events.put(out)
-        for out in outputs:  # a second pass: two samples of one request may finish in the same step
-            if out.request_id not in self.llm.requests:  # all its samples finished
-                self.routes.pop(out.request_id, None)
+        if self.conn.our_state is h11.SEND_RESPONSE:  # before the answer's head: an interim response fits here
+            self.transport.write(self.conn.send(h11.InformationalResponse(status_code=100, headers=[],
+                                                                          reason=b"Continue")))
+        self.loop.call_later(self.limits.probe_s, self._probe)  # once the answer streams, its writes probe
 
 
-class Server(ThreadingHTTPServer):
-    """The HTTP server and its engine. `serve_forever()` serves; `close()` stops both. `adapters`: the LoRA
-    adapters loaded on the model to serve, name -> where it was loaded from (a folder or a built-in name)."""
+def error_response(status: int, message: str, param: str | None = None, code: str | None = None,
+                   headers: dict | None = None) -> JSONResponse:
+    """An error answer in OpenAI's shape; it closes the connection, since what is left of the request may
+    still be unread."""
+    kind = "invalid_request_error" if status < 500 else "server_overloaded" if status == 503 else "internal_server_error"
+    body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
+    return JSONResponse(body, status, headers={"Connection": "close", **(headers or {})})
 
-    daemon_threads = True
+
+def refusal(e: Exception) -> JSONResponse:
+    """The answer to an exception: a TinyInferError's status (400 unless it says), a bug's 500."""
+    if isinstance(e, TinyInferError):
+        status = getattr(e, "status", 400)
+        retry = {"Retry-After": "1"} if status == 503 else None
+        return error_response(status, str(e), getattr(e, "param", None), headers=retry)
+    traceback.print_exception(e)  # the server's log: the client gets the message
+    return error_response(500, f"internal error ({type(e).__name__}: {e})")
+
+
+def answers_errors(endpoint):
+    """An endpoint whose TinyInferErrors and bugs become OpenAI-shaped error answers."""
+    async def guarded(request: Request):
+        try:
+            return await endpoint(request)
+        except ClientDisconnect:
+            return Response(status_code=499)  # gone while sending its body: nobody reads this
+        except Exception as e:  # noqa: BLE001 - bad input, or a bug: either way the server keeps serving
+            return refusal(e)
+    return guarded
+
+
+async def read_body(request: Request, limits: Limits) -> bytes:
+    """The request body, refused (413) past `max_body_bytes`: by its Content-Length before reading anything,
+    or as soon as a body of unknown length (chunked) grows past it; 408 past `body_timeout_s`."""
+    length = request.headers.get("content-length")
+    if length is not None and int(length) > limits.max_body_bytes:  # h11 has checked it is a number
+        raise RequestError(f"the request body is {length} bytes: this server takes at most {limits.max_body_bytes} "
+                           "(--max-body-bytes)", status=413)
+
+    async def read() -> bytes:
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limits.max_body_bytes:
+                raise RequestError(f"the request body is over {limits.max_body_bytes} bytes, the most this server "
+                                   "takes (--max-body-bytes)", status=413)
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    try:
+        return await asyncio.wait_for(read(), limits.body_timeout_s)
+    except asyncio.TimeoutError:
+        raise RequestError(f"the request body did not arrive within {limits.body_timeout_s:g} s: send it whole "
+                           "(is the Content-Length right?)", status=408) from None
+
+
+class Answer:
+    """The ASGI answer to a generation request, whole or streamed, for the life of its submission: it waits
+    for the engine, watches for the client leaving, and always tells the engine when it is done."""
+
+    def __init__(self, engine: Engine, submission: Submission, reply: Reply, stream: bool, include_usage: bool):
+        self.engine, self.submission, self.reply = engine, submission, reply
+        self.stream, self.include_usage = stream, include_usage
+
+    async def __call__(self, scope, receive, send) -> None:
+        watcher = asyncio.create_task(self._watch(receive))
+        started = False
+        try:
+            await self.submission.accepted()
+            if not self.stream:
+                outputs = [out async for out in self.submission.outputs()]
+                await JSONResponse(self.reply.whole(outputs))(scope, receive, send)
+                return
+            await send({"type": "http.response.start", "status": 200, "headers": [
+                (b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"), (b"connection", b"close")]})
+            started = True
+            async for chunk in self.reply.chunks(self.submission.outputs(), self.include_usage):
+                await send({"type": "http.response.body", "body": sse(chunk), "more_body": True})
+            await send({"type": "http.response.body", "body": b"data: [DONE]\n\n"})
+        except (ClientGone, OSError):
+            pass  # nobody to answer
+        except Exception as e:  # noqa: BLE001 - bad input the engine found, or a bug
+            if not started:
+                await refusal(e)(scope, receive, send)
+            else:  # a stream has begun: the error is its last event
+                body = refusal(e).body
+                await send({"type": "http.response.body", "body": b"data: " + body + b"\n\n"})
+        finally:
+            watcher.cancel()
+            self.engine.done(self.submission)  # a no-op once finished; frees the blocks of a client that left
+
+    async def _watch(self, receive) -> None:
+        """Wait for the client to leave (uvicorn's http.disconnect), then wake the answer to stop."""
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        self.submission.events.put_nowait(GONE)
+
+
+def sse(chunk: dict) -> bytes:
+    """One Server-Sent Event."""
+    return b"data: " + json.dumps(chunk).encode() + b"\n\n"
+
+
+class Guard:
+    """ASGI middleware in front of every route: the Host check (on loopback), the Origin check, the API key."""
+
+    def __init__(self, app, api_key: str | None, loopback: bool, allowed_origins: list[str]):
+        self.app, self.api_key, self.loopback = app, api_key, loopback
+        self.allowed_origins = set(allowed_origins)
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http":
+            headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+            refused = self.refuse(scope["path"], headers)
+            if refused is not None:
+                await refused(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+    def refuse(self, path: str, headers: dict) -> JSONResponse | None:
+        if "content-length" in headers and "transfer-encoding" in headers:  # two framings: a proxy may pick the other
+            return error_response(400, "the request has both Content-Length and Transfer-Encoding: send one")
+        host = host_name(headers.get("host", ""))
+        if self.loopback and "host" in headers and host not in LOOPBACK_NAMES:
+            return error_response(421, f"Host {headers['host']!r:.80} is not this server's: it listens on a loopback "
+                                  "address and answers only localhost names (a web page may be trying DNS rebinding)")
+        origin = headers.get("origin")
+        if origin is not None and origin not in self.allowed_origins and "*" not in self.allowed_origins:
+            return error_response(403, f"requests from the web origin {origin!r:.80} are not allowed: serve with "
+                                  "--allowed-origins to allow it")
+        if self.api_key is not None and path != "/health" and not key_matches(headers, self.api_key):
+            return error_response(401, "a valid API key is needed: send the header Authorization: Bearer KEY",
+                                  code="invalid_api_key")
+        return None
+
+
+def key_matches(headers: dict, api_key: str) -> bool:
+    """Whether the request carries `Authorization: Bearer <api_key>`, compared in constant time (the time an
+    answer takes must not tell an attacker how much of a guess was right)."""
+    scheme, _, token = headers.get("authorization", "").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), api_key.encode())
+
+
+def host_name(host: str) -> str:
+    """The name in a Host header, without its port: 'localhost:8000' -> 'localhost', '[::1]:80' -> '::1'.
+
+    >>> host_name("localhost:8000"), host_name("[::1]:80"), host_name("127.0.0.1")
+    ('localhost', '::1', '127.0.0.1')
+    """
+    if host.startswith("["):
+        return host[1:].partition("]")[0]
+    return host.rpartition(":")[0] if ":" in host else host
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a listening address is this machine's loopback (only local clients can connect)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class Server:
+    """The HTTP server and its engine. `serve_forever()` serves (on the calling thread) until `shutdown()`
+    from another thread or Ctrl-C; `close()` stops the engine. `adapters`: the LoRA adapters loaded on the model
+    to serve, name -> where it was loaded from. `api_key`: None reads TINYINFER_API_KEY (unset: no key).
+    `max_model_len`: the context window served (default: the model's). `runtime_lora`: serve
+    /v1/load_lora_adapter and /v1/unload_lora_adapter (they read adapters from the server's disk)."""
 
     def __init__(self, llm, host: str = "127.0.0.1", port: int = 8000, model_name: str = "shakespeare",
-                 chat_template=None, adapters: dict[str, str] | None = None):
+                 chat_template=None, adapters: dict[str, str] | None = None, *, api_key: str | None = None,
+                 allowed_origins: list[str] | None = None, limits: Limits | None = None,
+                 max_model_len: int | None = None, runtime_lora: bool = False):
         if llm.model.tokenizer is None:
             raise TinyInferError("the server reads and writes text: load the model with its tokenizer (tokenizer=PATH)")
         adapters = dict(adapters or {})
@@ -184,146 +322,131 @@ class Server(ThreadingHTTPServer):
             raise TinyInferError(f"the LoRA adapter {model_name!r} has the served model's name, so a request could not "
                                  "choose between them: give the adapter (--lora NAME=PATH) or the model "
                                  "(--served-model-name) another name")
-        super().__init__((host, port), Handler)  # binds now: a port in use fails here, before any thread starts
-        self.model, self.model_name, self.chat_template = llm.model, model_name, chat_template
-        self.adapters = adapters
+        self.model, self.model_name, self.chat_template, self.adapters = llm.model, model_name, chat_template, adapters
+        self.max_model_len = check_max_model_len(llm.model, max_model_len)
+        self.limits = limits or Limits()
         self.created = int(time.time())
-        self.engine = Engine(llm)
+        self.api_key = api_key if api_key is not None else (os.environ.get(API_KEY_ENV) or None)
+        self.runtime_lora = runtime_lora
+        self.socket = socket.create_server((host, port), backlog=self.limits.backlog)  # binds now: a port in use fails here
+        self.metrics = EngineMetrics()
+        self.engine = Engine(llm, llm.scheduler.config.max_num_seqs + self.limits.max_queued, self.metrics.after_step)
+        app = self._app(is_loopback(host), allowed_origins or [])
+        protocol = type("HttpProtocol", (HttpProtocol,), {"limits": self.limits})
+        config = uvicorn.Config(app, http=protocol, lifespan="off", log_config=None, log_level="warning",
+                                access_log=False, timeout_keep_alive=self.limits.keep_alive_s,
+                                limit_concurrency=self.limits.max_connections, backlog=self.limits.backlog,
+                                timeout_graceful_shutdown=5)
+        self.uvicorn = uvicorn.Server(config)
+        self._serving = threading.Event()
+        self._stopped = threading.Event()
+
+    @property
+    def max_num_seqs(self) -> int:
+        return self.engine.llm.scheduler.config.max_num_seqs
+
+    @property
+    def server_address(self) -> tuple[str, int]:
+        return self.socket.getsockname()[:2]
 
     @property
     def url(self) -> str:
-        host, port = self.server_address[:2]
-        return f"http://{host}:{port}"
+        host, port = self.server_address
+        return f"http://{f'[{host}]' if ':' in host else host}:{port}"
+
+    def serve_forever(self) -> None:
+        self._serving.set()
+        try:
+            self.uvicorn.run(sockets=[self.socket])
+        finally:
+            self._stopped.set()
+
+    def shutdown(self) -> None:
+        """Stop serve_forever (from another thread) and wait for it to return."""
+        self.uvicorn.should_exit = True
+        if self._serving.is_set():
+            self._stopped.wait()
 
     def close(self) -> None:
-        self.server_close()
+        self.socket.close()
         self.engine.stop()
 
+    # -- the routes -------------------------------------------------------------------------------------------
 
-class Handler(BaseHTTPRequestHandler):
-    """One HTTP request, on its own thread: parse, check, submit, then relay the engine's outputs.
+    def _app(self, loopback: bool, allowed_origins: list[str]):
+        routes = [Route("/health", self._health), Route("/v1/models", self._models), Route("/metrics", self._metrics),
+                  Route("/v1/completions", answers_errors(lambda r: self._generate(r, chat=False)), methods=["POST"]),
+                  Route("/v1/chat/completions", answers_errors(lambda r: self._generate(r, chat=True)),
+                        methods=["POST"])]
+        if self.runtime_lora:
+            routes += [Route("/v1/load_lora_adapter", answers_errors(self._load_lora), methods=["POST"]),
+                       Route("/v1/unload_lora_adapter", answers_errors(self._unload_lora), methods=["POST"])]
+        self.endpoints = ", ".join(f"{'POST' if 'POST' in r.methods else 'GET'} {r.path}" for r in routes)
+        app = Starlette(routes=routes, exception_handlers={404: self._no_route, 405: self._no_route})
+        app = Guard(app, self.api_key, loopback, allowed_origins)
+        if allowed_origins:  # outermost: a browser's preflight is answered before the key is asked for
+            app = CORSMiddleware(app, allow_origins=allowed_origins, allow_methods=["GET", "POST"],
+                                 allow_headers=["Authorization", "Content-Type"])
+        return app
 
-    HTTP/1.1: a client may send its next request on the same connection (OpenAI's client keeps connections
-    open), so every whole answer carries its Content-Length; a stream has none and ends with the connection,
-    as does an error, after which the rest of the request may still be unread."""
+    async def _no_route(self, request: Request, exc) -> JSONResponse:
+        return error_response(exc.status_code, f"no endpoint {request.method} {request.url.path}: this server has "
+                              f"{self.endpoints}")
 
-    server: Server
-    protocol_version = "HTTP/1.1"
+    async def _health(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
 
-    def do_GET(self) -> None:
-        self._route({"/v1/models": self._models, "/health": lambda: self._send_json(200, {"status": "ok"})})
+    async def _metrics(self, request: Request) -> Response:
+        return Response(self.metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
-    def do_POST(self) -> None:
-        self._route({"/v1/completions": lambda: self._generate(chat=False),
-                     "/v1/chat/completions": lambda: self._generate(chat=True)})
-
-    def log_message(self, format, *args) -> None:
-        pass  # no access log: the server prints one line when it starts, and errors go to the client
-
-    def _route(self, routes: dict) -> None:
-        self.streaming = False
-        try:
-            path = self.path.split("?")[0]
-            if path not in routes:
-                raise RequestError(f"no endpoint {self.command} {path}: this server has GET /v1/models, GET /health, "
-                                   "POST /v1/completions and POST /v1/chat/completions", status=404)
-            routes[path]()
-        except (ClientGone, ConnectionError):
-            self.close_connection = True
-        except TinyInferError as e:
-            self._send_error(getattr(e, "status", 400), str(e), getattr(e, "param", None))
-        except Exception as e:  # noqa: BLE001 - a bug must not take the server down
-            self._send_error(500, f"internal error ({type(e).__name__}: {e})", kind="internal_server_error")
-
-    def _models(self) -> None:
+    async def _models(self, request: Request) -> Response:
         """The served model's card, then one per LoRA adapter: its `parent` is the model, its `root` its files."""
-        server = self.server
-        card = {"id": server.model_name, "object": "model", "created": server.created, "owned_by": "tinyinfer",
-                "max_model_len": server.model.config.max_seq_len}
-        adapters = [{**card, "id": name, "parent": server.model_name, "root": path}
-                    for name, path in server.adapters.items()]
-        self._send_json(200, {"object": "list", "data": [card, *adapters]})
+        card = {"id": self.model_name, "object": "model", "created": self.created, "owned_by": "tinyinfer",
+                "max_model_len": self.max_model_len}
+        adapters = [{**card, "id": name, "parent": self.model_name, "root": path} for name, path in self.adapters.items()]
+        return JSONResponse({"object": "list", "data": [card, *adapters]})
 
-    def _generate(self, chat: bool) -> None:
-        body = read_json(self.rfile, self.headers.get("Content-Length"))
-        lora = requested_adapter(self.server, body)  # first: a model not served here is a 404, whatever else is wrong
-        submission = Submission(engine_requests(self.server, body, chat), lora, cache_salt(body))
-        stream, include_usage = stream_options(body)
-        self.server.engine.submit(submission)
-        try:
-            events = self._events(submission)
-            next(events)  # ACCEPTED, or the engine's refusal raised here, before any header is sent
-            tools = tool_choice(body, chat)  # the tools the reply may call: its text is read back as a call
-            reply = Reply(chat, lora or self.server.model_name, submission, self.server.model.tokenizer,
-                          None if tools is None else tools[0])
-            if stream:
-                self._stream(reply.chunks(events, include_usage))
-            else:
-                self._send_json(200, reply.whole(events))
-        finally:
-            self.server.engine.abort(submission)  # a no-op once finished; frees the blocks of a client that left
+    async def _generate(self, request: Request, chat: bool):
+        arrival = time.perf_counter()
+        body = parse_json(await read_body(request, self.limits))
+        lora = requested_adapter(self, body)  # first: a model not served here is a 404, whatever else is wrong
+        salt, (stream, include_usage), tools = cache_salt(body), stream_options(body), tool_choice(body, chat)
+        requests = await run_in_threadpool(engine_requests, self, body, chat)  # tokenizing and compiling block
+        reply = Reply(chat, lora or self.model_name, requests, self.model.tokenizer, None if tools is None else tools[0])
+        submission = Submission(requests, lora, salt, arrival)
+        self.engine.submit(submission)  # or Overloaded: a 503; from here on, Answer always tells the engine it is done
+        return Answer(self.engine, submission, reply, stream, include_usage)
 
-    def _events(self, submission: Submission):
-        """The engine's answers: ACCEPTED, then RequestOutputs until every choice has finished. Raises the
-        engine's error, or ClientGone when the client leaves meanwhile."""
-        unfinished = set(submission.keys())
-        while unfinished:
-            try:
-                event = submission.events.get(timeout=POLL_S)
-            except queue.Empty:
-                if not self.server.engine.thread.is_alive():
-                    raise RequestError("the engine has stopped: restart the server", status=503) from None
-                event = None
-            if self._client_gone():  # on every event too: while the engine runs, the queue is never empty for long
-                raise ClientGone
-            if event is None:
-                continue
-            if isinstance(event, Exception):
-                raise event
-            if event is not ACCEPTED and event.finished:
-                unfinished.discard((event.request_id, event.index))
-            yield event
+    async def _load_lora(self, request: Request) -> Response:
+        """vLLM's POST /v1/load_lora_adapter {"lora_name": ..., "lora_path": ...}: loaded between two steps."""
+        body = parse_json(await read_body(request, self.limits))
+        name, path = lora_field(body, "lora_name"), lora_field(body, "lora_path")
+        if name == self.model_name or name in self.adapters:
+            raise RequestError(f"the name {name!r} is already served: unload it first, or choose another", "lora_name")
+        await self.engine.run(lambda llm: load_adapter(llm.model, name, path))
+        self.adapters[name] = path
+        return Response(f"Success: LoRA adapter '{name}' added successfully.")
 
-    def _client_gone(self) -> bool:
-        """The client closed its end: its socket reads as end-of-file (peeked, so nothing is consumed)."""
-        with selectors.DefaultSelector() as selector:  # poll/epoll where there is one: any file number works
-            selector.register(self.connection, selectors.EVENT_READ)
-            try:
-                readable = bool(selector.select(timeout=0))
-                return readable and self.connection.recv(1, socket.MSG_PEEK) == b""
-            except OSError:
-                return True
+    async def _unload_lora(self, request: Request) -> Response:
+        """vLLM's POST /v1/unload_lora_adapter {"lora_name": ...}: refused while a request runs with it."""
+        name = lora_field(parse_json(await read_body(request, self.limits)), "lora_name")
+        if name not in self.adapters:
+            raise RequestError(f"no LoRA adapter {name!r} is served here (served: {', '.join(self.adapters) or 'none'})",
+                               "lora_name", 404)
 
-    def _stream(self, chunks) -> None:
-        """Server-Sent Events: a `data:` line per chunk, a blank line after each, and [DONE] at the end."""
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Cache-Control", "no-cache")
-        self.send_header("Connection", "close")  # the stream's end is the connection's
-        self.end_headers()
-        self.streaming = self.close_connection = True
-        for chunk in chunks:
-            self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")  # a failed write: ClientGone's twin
-        self.wfile.write(b"data: [DONE]\n\n")
+        def unload(llm):
+            if any(seq.lora == name for samples in llm.requests.values() for seq in samples):
+                raise RequestError(f"requests are running with the LoRA adapter {name!r}: unload it when they are done",
+                                   "lora_name", 409)
+            unload_adapter(llm.model, name)
 
-    def _send_json(self, status: int, payload: dict, close: bool = False) -> None:
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        if close:
-            self.send_header("Connection", "close")
-        self.end_headers()
-        self.wfile.write(data)
+        await self.engine.run(unload)
+        del self.adapters[name]
+        return Response(f"Success: LoRA adapter '{name}' removed successfully.")
 
-    def _send_error(self, status: int, message: str, param: str | None = None, kind: str = "invalid_request_error"):
-        """OpenAI's error body; once a stream has started, its last event instead of a status."""
-        error = {"error": {"message": message, "type": kind, "param": param, "code": None}}
-        self.close_connection = True  # what is left of the request (an unread body) must not read as the next one
-        try:
-            if self.streaming:
-                self.wfile.write(b"data: " + json.dumps(error).encode() + b"\n\n")
-            else:
-                self._send_json(status, error, close=True)
-        except ConnectionError:
-            pass
+
+def lora_field(body: dict, field: str) -> str:
+    value = body.get(field)
+    if not isinstance(value, str) or not value:
+        raise RequestError(f"{field}={value!r:.60} is invalid: give a non-empty string", field)
+    return value

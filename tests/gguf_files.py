@@ -1,0 +1,229 @@
+"""Tiny GGUF files for tests, written with the gguf package (llama.cpp's own writer and quantisers).
+
+`write_gguf(folder, path, arch, qtype)` converts a tiny Hugging Face checkpoint (tests/tiny_models.py) as llama.cpp's
+convert_hf_to_gguf.py does: metadata keys under the architecture's name, llama.cpp's tensor names, and its
+re-layouts (Llama's q/k rows permuted for its rotary convention, 1 added to Gemma's norms, GPT-2's Conv1D weights
+transposed, a layer's experts merged into one tensor). The matrices are stored in `qtype`: through
+`gguf.quants.quantize` where it can (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1); the K-quants, which it
+cannot quantise, are *replaced* by random valid blocks (`random_blocks`): the file then defines the model, and
+transformers reads the same file. Vectors (norms, biases) stay F32, as the converter keeps them.
+
+`random_blocks(type, n)` builds blocks of any type with finite float16 scales, for the dequantisers' tests.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import gguf
+import numpy as np
+import safetensors.numpy
+import torch
+import transformers
+from gguf import GGMLQuantizationType as T
+
+QUANTISABLE = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1")
+K_QUANTS = ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
+ALL_TYPES = QUANTISABLE + K_QUANTS
+
+# byte offset of each float16 field in a block, and the value scale it gets (the weights then have |w| ~ 0.1-1)
+F16_FIELDS = {"Q8_0": {0: 0.01}, "Q4_0": {0: 0.05}, "Q4_1": {0: 0.05, 2: 0.3}, "Q5_0": {0: 0.03},
+              "Q5_1": {0: 0.03, 2: 0.3}, "Q2_K": {80: 0.02, 82: 0.02}, "Q3_K": {108: 0.01},
+              "Q4_K": {0: 0.002, 2: 0.002}, "Q5_K": {0: 0.001, 2: 0.001}, "Q6_K": {208: 0.0005}}
+
+
+def random_blocks(type_name: str, n_blocks: int, seed: int = 0) -> np.ndarray:
+    """`n_blocks` valid blocks of `type_name`: random bytes, each float16 field a finite positive value.
+    -> [n_blocks, bytes per block] (uint8)"""
+    _, block_bytes = gguf.GGML_QUANT_SIZES[T[type_name]]
+    rng = np.random.default_rng(seed)
+    blocks = rng.integers(0, 256, size=(n_blocks, block_bytes), dtype=np.uint8)
+    for offset, scale in F16_FIELDS[type_name].items():
+        values = (scale * rng.uniform(0.5, 1.5, size=n_blocks)).astype(np.float16)
+        blocks[:, offset:offset + 2] = values.view(np.uint8).reshape(n_blocks, 2)
+    return blocks
+
+
+def store(w: np.ndarray, qtype: str, seed: int) -> tuple[np.ndarray, T]:
+    """A float32 matrix as `qtype` bytes (quantised, or random blocks for a K-quant): (data, type)."""
+    if qtype in QUANTISABLE:
+        return gguf.quants.quantize(w.astype(np.float32), T[qtype]), T[qtype]
+    block_weights, _ = gguf.GGML_QUANT_SIZES[T[qtype]]
+    blocks = random_blocks(qtype, w.size // block_weights, seed)
+    return blocks.reshape(*w.shape[:-1], -1), T[qtype]
+
+
+def permute(w: np.ndarray, n_heads: int) -> np.ndarray:
+    """convert_hf_to_gguf.py's LlamaModel.permute: each head's rows i and i + hd/2 become neighbours."""
+    return w.reshape(n_heads, 2, w.shape[0] // n_heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+LLAMA_NAMES = {"input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
+               "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output", "self_attn.q_norm": "attn_q_norm",
+               "self_attn.k_norm": "attn_k_norm", "post_attention_layernorm": "ffn_norm",
+               "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
+               "mlp.gate": "ffn_gate_inp", "mlp.shared_expert.gate_proj": "ffn_gate_shexp",
+               "mlp.shared_expert.up_proj": "ffn_up_shexp", "mlp.shared_expert.down_proj": "ffn_down_shexp",
+               "mlp.shared_expert_gate": "ffn_gate_inp_shexp", "block_sparse_moe.gate": "ffn_gate_inp",
+               "self_attn.qkv_proj": "attn_qkv", "mlp.gate_up_proj": "ffn_up"}
+GEMMA2_NAMES = LLAMA_NAMES | {"post_attention_layernorm": "post_attention_norm",
+                              "pre_feedforward_layernorm": "ffn_norm", "post_feedforward_layernorm": "post_ffw_norm"}
+TOP_NAMES = {"model.embed_tokens": "token_embd", "model.norm": "output_norm", "lm_head": "output"}
+GPT2_NAMES = {"ln_1": "attn_norm", "attn.c_attn": "attn_qkv", "attn.c_proj": "attn_output", "ln_2": "ffn_norm",
+              "mlp.c_fc": "ffn_up", "mlp.c_proj": "ffn_down"}
+GPT2_TOP = {"wte": "token_embd", "wpe": "position_embd", "ln_f": "output_norm"}
+EXPERT = re.compile(r"(model\.layers\.\d+\.(?:mlp|block_sparse_moe)\.experts)\.(\d+)\.(\w+)\.weight")
+EXPERT_NAMES = {"gate_proj": "ffn_gate_exps", "up_proj": "ffn_up_exps", "down_proj": "ffn_down_exps",
+                "w1": "ffn_gate_exps", "w3": "ffn_up_exps", "w2": "ffn_down_exps"}
+GGUF_ARCH = {"llama": "llama", "mistral": "llama", "mixtral": "llama", "qwen2": "qwen2", "qwen3": "qwen3",
+             "qwen2_moe": "qwen2moe", "qwen3_moe": "qwen3moe", "gemma": "gemma", "gemma2": "gemma2",
+             "gemma3_text": "gemma3", "phi3": "phi3", "gpt2": "gpt2"}
+
+
+def gguf_name(hf: str, model_type: str) -> str:
+    """llama.cpp's name for a family's tensor name."""
+    hf = hf.removeprefix("transformer.")
+    if model_type == "gpt2":
+        if m := re.fullmatch(r"h\.(\d+)\.(.+)\.(weight|bias)", hf):
+            return f"blk.{m[1]}.{GPT2_NAMES[m[2]]}.{m[3]}"
+        base, kind = hf.rsplit(".", 1)
+        return f"{GPT2_TOP[base]}.{kind}"
+    names = GEMMA2_NAMES if model_type in ("gemma2", "gemma3_text") else LLAMA_NAMES
+    if m := re.fullmatch(r"model\.layers\.(\d+)\.(.+)\.(weight|bias)", hf):
+        return f"blk.{m[1]}.{names[m[2]]}.{m[3]}"
+    base, kind = hf.rsplit(".", 1)
+    return f"{TOP_NAMES[base]}.{kind}"
+
+
+def converted_tensors(folder: Path, c: dict) -> dict[str, np.ndarray]:
+    """The checkpoint's tensors under llama.cpp's names, re-laid out as the converter does."""
+    model_type = c["model_type"]
+    state = safetensors.numpy.load_file(folder / "model.safetensors")
+    out, experts = {}, {}
+    for hf, w in state.items():
+        w = w.astype(np.float32)
+        if m := EXPERT.fullmatch(hf):
+            layer = m[1].split(".")[2]
+            experts.setdefault(f"blk.{layer}.{EXPERT_NAMES[m[3]]}.weight", {})[int(m[2])] = w
+            continue
+        if hf.endswith((".attn.bias", ".attn.masked_bias")):
+            continue
+        name = gguf_name(hf, model_type)
+        heads, kv_heads = c.get("num_attention_heads"), c.get("num_key_value_heads") or c.get("num_attention_heads")
+        if model_type in ("llama", "mistral", "mixtral") and ".attn_q." in name:
+            w = permute(w, heads)
+        if model_type in ("llama", "mistral", "mixtral") and ".attn_k." in name:
+            w = permute(w, kv_heads)
+        if model_type.startswith("gemma") and name.endswith("norm.weight"):
+            w = w + 1
+        if model_type == "gpt2" and w.ndim == 2 and name.split(".")[-2] in GPT2_NAMES.values():
+            w = w.T
+        if name.endswith("ffn_gate_inp_shexp.weight"):
+            w = w.reshape(-1)
+        out[name] = np.ascontiguousarray(w)
+    for name, by_expert in experts.items():
+        out[name] = np.stack([by_expert[e] for e in sorted(by_expert)])  # [E, out, in]
+    if model_type == "gpt2":
+        out["output.weight"] = out["token_embd.weight"]  # the converter writes the tied table twice
+    return out
+
+
+def add_metadata(writer: gguf.GGUFWriter, arch: str, c: dict) -> None:
+    """config.json as the converter writes it."""
+    writer.add_uint32(f"{arch}.vocab_size", c["vocab_size"])
+    if c["model_type"] == "gpt2":
+        writer.add_uint32(f"{arch}.embedding_length", c["n_embd"])
+        writer.add_uint32(f"{arch}.block_count", c["n_layer"])
+        writer.add_uint32(f"{arch}.context_length", c["n_positions"])
+        writer.add_uint32(f"{arch}.feed_forward_length", c.get("n_inner") or 4 * c["n_embd"])
+        writer.add_uint32(f"{arch}.attention.head_count", c["n_head"])
+        writer.add_float32(f"{arch}.attention.layer_norm_epsilon", c["layer_norm_epsilon"])
+        return
+    heads = c["num_attention_heads"]
+    writer.add_uint32(f"{arch}.embedding_length", c["hidden_size"])
+    writer.add_uint32(f"{arch}.block_count", c["num_hidden_layers"])
+    writer.add_uint32(f"{arch}.context_length", c["max_position_embeddings"])
+    writer.add_uint32(f"{arch}.feed_forward_length", c["intermediate_size"])
+    writer.add_uint32(f"{arch}.attention.head_count", heads)
+    writer.add_uint32(f"{arch}.attention.head_count_kv", c.get("num_key_value_heads") or heads)
+    head_dim = c.get("head_dim") or c["hidden_size"] // heads
+    writer.add_uint32(f"{arch}.attention.key_length", head_dim)
+    writer.add_uint32(f"{arch}.attention.value_length", head_dim)
+    writer.add_uint32(f"{arch}.rope.dimension_count", int(head_dim * c.get("partial_rotary_factor", 1.0)))
+    rope = c.get("rope_parameters") or {}
+    theta = rope.get("rope_theta", c.get("rope_theta", 10000.0)) if "rope_theta" in rope or "rope_theta" in c else None
+    if c["model_type"] == "gemma3_text":
+        theta = (rope.get("full_attention") or {}).get("rope_theta", c.get("rope_theta"))
+    if theta is not None:
+        writer.add_float32(f"{arch}.rope.freq_base", theta)
+    writer.add_float32(f"{arch}.attention.layer_norm_rms_epsilon", c["rms_norm_eps"])
+    if c.get("sliding_window") and c["model_type"] in ("gemma2", "gemma3_text", "mistral", "phi3"):
+        writer.add_uint32(f"{arch}.attention.sliding_window", c["sliding_window"])
+    for key in ("attn_logit_softcapping", "final_logit_softcapping"):
+        if c.get(key) is not None and c["model_type"] == "gemma2":
+            writer.add_float32(f"{arch}.{key}", c[key])
+    experts = c.get("num_local_experts") or c.get("num_experts")
+    if experts:
+        writer.add_uint32(f"{arch}.expert_count", experts)
+        writer.add_uint32(f"{arch}.expert_used_count", c["num_experts_per_tok"])
+    if c.get("moe_intermediate_size"):
+        writer.add_uint32(f"{arch}.expert_feed_forward_length", c["moe_intermediate_size"])
+    if c.get("shared_expert_intermediate_size"):
+        writer.add_uint32(f"{arch}.expert_shared_feed_forward_length", c["shared_expert_intermediate_size"])
+
+
+def write_gguf(folder: Path, path: Path, qtype: str = "F32", seed: int = 0, version: int = 3) -> Path:
+    """Convert the tiny checkpoint in `folder` to the GGUF file `path`, its matrices stored as `qtype`."""
+    c = transformers.AutoConfig.from_pretrained(folder).to_dict()
+    c["model_type"] = transformers.AutoConfig.from_pretrained(folder).model_type
+    arch = GGUF_ARCH[c["model_type"]]
+    writer = gguf.GGUFWriter(path, arch)
+    add_metadata(writer, arch, c)
+    writer.add_uint32("tokenizer.ggml.bos_token_id", 1)
+    writer.add_uint32("tokenizer.ggml.eos_token_id", 2)
+    for i, (name, w) in enumerate(converted_tensors(folder, c).items()):
+        if w.ndim >= 2 and not name.startswith("position_embd") and ".ffn_gate_inp." not in name:  # routers stay F32
+            data, kind = store(w, qtype, seed + i)  # F32 and F16 as floats, the others as bytes [..., row bytes]
+            writer.add_tensor(name, data, raw_dtype=kind if data.dtype == np.uint8 else None)
+        else:
+            writer.add_tensor(name, w)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def hf_from_gguf(path: Path, **overrides) -> transformers.PreTrainedModel:
+    """transformers' own reading of the GGUF file (gguf.quants dequantises), float32, eager attention."""
+    return transformers.AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32,
+                                                             attn_implementation="eager", **overrides).eval()
+
+
+def logits_of(model: transformers.PreTrainedModel, ids: list[int]) -> np.ndarray:
+    with torch.no_grad():
+        return model(torch.tensor([ids])).logits[0].numpy()
+
+
+REAL_MODEL = "smollm2-135m-instruct"
+REAL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def real_model_path() -> Path | None:
+    """SmolLM2-135M-Instruct Q4_1 in tinyinfer's model cache ($TINYINFER_CACHE, else ~/.cache/tinyinfer/models),
+    where `python -m tinyinfer pull smollm2-135m-instruct` puts it; None when it is not there."""
+    import os  # noqa: PLC0415
+
+    cache = os.environ.get("TINYINFER_CACHE")
+    path = (Path(cache).expanduser() if cache else Path.home() / ".cache" / "tinyinfer" / "models") / REAL_FILE
+    return path if path.is_file() else None
+
+
+def real_model_or_skip() -> Path:
+    import pytest  # noqa: PLC0415
+
+    path = real_model_path()
+    if path is None:
+        pytest.skip(f"the real model is not in the model cache: `python -m tinyinfer pull {REAL_MODEL}` fetches it")
+    return path

@@ -1,0 +1,138 @@
+"""Bad GGUF files: each gets one error naming the file and the problem (and the fix where there is one), from
+`tinyinfer.load` and, in one line without a traceback, from the CLI. The files are a tiny valid one, then damaged
+byte by byte where the format puts each field (tinyinfer/gguf/reader.py's docstring)."""
+
+from __future__ import annotations
+
+import struct
+import subprocess
+import sys
+
+import gguf
+import numpy as np
+import pytest
+from gguf_files import write_gguf
+from tiny_models import build_with_transformers
+
+import tinyinfer
+from tinyinfer.cli import main
+from tinyinfer.gguf.reader import GGUFFile
+
+SHAPE = dict(vocab_size=64, hidden_size=64, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+             num_key_value_heads=1, head_dim=32, max_position_embeddings=32, rms_norm_eps=1e-5)
+
+
+@pytest.fixture(scope="module")
+def good(tmp_path_factory):
+    """A valid tiny llama file, matrices in Q8_0, and its bytes."""
+    root = tmp_path_factory.mktemp("gguf_errors")
+    path = write_gguf(build_with_transformers(root / "hf", "LlamaConfig", SHAPE), root / "good.gguf", "Q8_0")
+    return path, path.read_bytes()
+
+
+def damaged(tmp_path, data: bytes):
+    path = tmp_path / "bad.gguf"
+    path.write_bytes(data)
+    return path
+
+
+def type_field(data: bytes, name: str) -> int:
+    """Byte offset of tensor `name`'s type (u32) in its tensor info: after the name, n_dims and the dims."""
+    at = data.index(name.encode()) + len(name)
+    (n_dims,) = struct.unpack_from("<I", data, at)
+    return at + 4 + 8 * n_dims
+
+
+def with_type(data: bytes, name: str, type_id: int) -> bytes:
+    at = type_field(data, name)
+    return data[:at] + struct.pack("<I", type_id) + data[at + 4:]
+
+
+def assert_refused(path, *patterns: str) -> None:
+    with pytest.raises(tinyinfer.TinyInferError) as error:
+        tinyinfer.load(path)
+    message = str(error.value)
+    assert "\n" not in message and str(path) in message
+    for pattern in patterns:
+        assert pattern in message, message
+
+
+def test_the_good_file_loads(good):
+    path, _ = good
+    f = GGUFFile(path)
+    assert f.version == 3 and f.alignment == 32 and f.metadata["general.architecture"] == "llama"
+    assert tinyinfer.load(path).config.n_layers == 1
+
+
+def test_truncated_data(good, tmp_path):
+    path, data = good
+    assert_refused(damaged(tmp_path, data[:-100]), "the file is truncated", "but the file ends at byte")
+
+
+def test_truncated_header(good, tmp_path):
+    path, data = good
+    assert_refused(damaged(tmp_path, data[:200]), "is truncated: its header needs byte")
+
+
+def test_wrong_magic(good, tmp_path):
+    _, data = good
+    assert_refused(damaged(tmp_path, b"GGUX" + data[4:]), "is not a GGUF file: it starts with b'GGUX'")
+
+
+@pytest.mark.parametrize("version", [1, 4, 3 << 24])
+def test_unknown_version(good, tmp_path, version):
+    _, data = good
+    assert_refused(damaged(tmp_path, data[:4] + struct.pack("<I", version) + data[8:]), f"is GGUF version {version}",
+                   "versions 2 and 3")
+
+
+def test_version_2_is_read(good, tmp_path):
+    _, data = good
+    assert GGUFFile(damaged(tmp_path, data[:4] + struct.pack("<I", 2) + data[8:])).version == 2
+
+
+def test_unknown_tensor_type(good, tmp_path):
+    _, data = good
+    assert_refused(damaged(tmp_path, with_type(data, "blk.0.attn_q.weight", 99)), "'blk.0.attn_q.weight'",
+                   "unknown type id 99")
+
+
+def test_size_disagreeing_with_type_and_shape(good, tmp_path):
+    _, data = good
+    bad = with_type(data, "blk.0.attn_q.weight", int(gguf.GGMLQuantizationType.F32))  # needs 4 bytes a weight
+    assert_refused(damaged(tmp_path, bad), "'blk.0.attn_q.weight' (F32 [64, 64]) needs 16,384 bytes",
+                   "its size disagrees with its type and shape")
+
+
+def test_unsupported_type_is_refused_by_name_with_the_fix(good, tmp_path):
+    _, data = good  # IQ4_NL blocks (32 weights, 18 bytes) fit in the space of Q8_0 ones
+    bad = with_type(data, "blk.0.ffn_down.weight", int(gguf.GGMLQuantizationType.IQ4_NL))
+    assert_refused(damaged(tmp_path, bad), "'blk.0.ffn_down.weight' is stored as IQ4_NL", "K-quant", "Q8_0")
+
+
+def test_unknown_architecture(tmp_path):
+    writer = gguf.GGUFWriter(tmp_path / "mamba.gguf", "mamba")
+    writer.add_tensor("token_embd.weight", np.zeros((4, 8), np.float32))
+    writer.write_header_to_file(), writer.write_kv_data_to_file(), writer.write_tensors_to_file(), writer.close()
+    assert_refused(tmp_path / "mamba.gguf", "GGUF architecture 'mamba' is not supported", "gpt2, llama", "qwen2moe")
+
+
+def test_empty_file(tmp_path):
+    assert_refused(damaged(tmp_path, b""), "is empty: not a GGUF file")
+
+
+def test_cli_prints_one_line_and_exits_non_zero(good, tmp_path, capsys):
+    _, data = good
+    bad = damaged(tmp_path, data[:-100])
+    assert main(["generate", "--model", str(bad), "--max-tokens", "1", "hi"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"error: {bad}: tensor") and "truncated" in err
+
+
+def test_cli_process_has_no_traceback(good, tmp_path):
+    _, data = good
+    bad = damaged(tmp_path, b"GGUX" + data[4:])
+    run = subprocess.run([sys.executable, "-m", "tinyinfer", "generate", "--model", str(bad), "hi"],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1 and "Traceback" not in run.stderr
+    assert run.stderr.strip() == f"error: {bad}: is not a GGUF file: it starts with b'GGUX', not b'GGUF'"

@@ -1,0 +1,146 @@
+"""A GGUF architecture as the Hugging Face family tinyinfer already reads: its config.json and its tensor names.
+
+llama.cpp's converter (convert_hf_to_gguf.py) turns a Hugging Face checkpoint into one GGUF file: config.json
+becomes metadata keys under the architecture's name (`llama.embedding_length` = hidden_size), and the tensors
+get llama.cpp's names (`blk.3.attn_q.weight` = model.layers.3.self_attn.q_proj.weight). Some it re-lays out on
+the way. Each family module (tinyinfer/families/) says how to go back, in a `GGUFLayout`:
+
+    architecture  the file's general.architecture
+    config        GGUF metadata -> the fields of config.json (which the family's reader then reads as usual)
+    tensors       GGUF tensor name (without .weight/.bias) -> the family's name ({i}: layer, {e}: expert)
+    relayout      undoes the converter's re-layouts on each tensor read:
+        llama, mistral, mixtral: q and k rows permuted per head, from rotate-half pairs (i, i + hd/2) to
+                 neighbouring pairs (2i, 2i+1), llama.cpp's rotary convention: undone by `unpermute_rows`
+        gemma, gemma2, gemma3: 1 added to every norm's weight (Gemma scales by 1 + weight): subtracted
+        gpt2:    Conv1D weights [in, out] transposed to [out, in]: transposed back
+        MoE:     a layer's experts merged into one [E, out, in] tensor (ffn_gate_exps): cut per expert (reader)
+
+This module holds what the families share: the metadata view, the config fields every Llama-like file writes
+alike, the Llama tensor names, and the re-layouts.
+
+    >>> unpermute_rows(1, 4).tolist()  # GGUF's rows (q0, q2, q1, q3) of one head -> the file's (q0, q1, q2, q3)
+    [0, 2, 1, 3]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+import numpy as np
+
+from tinyinfer.errors import TinyInferError
+
+
+class Metadata:
+    """The metadata keys of one architecture: `m["embedding_length"]` reads `{arch}.embedding_length`."""
+
+    def __init__(self, metadata: dict, arch: str, path):
+        self.all, self.arch, self.path = metadata, arch, path
+
+    def __getitem__(self, key: str):
+        full = f"{self.arch}.{key}"
+        if full not in self.all:
+            raise TinyInferError(f"{self.path}: metadata key {full!r} is missing; the file was not written by "
+                                 "llama.cpp's converter or is damaged")
+        return self.all[full]
+
+    def get(self, key: str, default=None):
+        return self.all.get(f"{self.arch}.{key}", default)
+
+
+def keep_shape(name: str, shape: tuple) -> tuple:
+    return shape
+
+
+@dataclass(frozen=True)
+class GGUFLayout:
+    """How one family is stored in GGUF (see the module docstring). `reshaped(name, shape)` is the shape
+    `relayout` gives a tensor of GGUF base name `name` (most keep it); `experts`: the layout of files whose
+    metadata has an expert_count (Mixtral is written as llama with experts)."""
+
+    architecture: str
+    config: Callable[[Metadata, set], dict]
+    tensors: Mapping[str, str]
+    relayout: Callable[[str, np.ndarray, dict], np.ndarray] | None = None
+    reshaped: Callable[[str, tuple], tuple] = keep_shape
+    experts: bool = False
+
+
+def named(top: dict, layer: dict, prefix: str = "model.layers.{i}.") -> dict:
+    """One `tensors` table from GGUF's top-level names and its per-layer names (blk.{i}.NAME -> prefix + ...)."""
+    return top | {f"blk.{{i}}.{gguf}": prefix + family for gguf, family in layer.items()}
+
+
+LLAMA_TOP = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
+LLAMA_LAYER = {
+    "attn_norm": "input_layernorm", "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj", "attn_q_norm": "self_attn.q_norm",
+    "attn_k_norm": "self_attn.k_norm", "ffn_norm": "post_attention_layernorm", "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj",
+}
+LLAMA_TENSORS = named(LLAMA_TOP, LLAMA_LAYER)
+EXPERT_TENSORS = named({}, {"ffn_gate_inp": "mlp.gate", "ffn_gate_exps": "mlp.experts.{e}.gate_proj",
+                            "ffn_up_exps": "mlp.experts.{e}.up_proj", "ffn_down_exps": "mlp.experts.{e}.down_proj"})
+GEMMA2_TENSORS = LLAMA_TENSORS | named({}, {  # four norms: each sublayer's input and output
+    "post_attention_norm": "post_attention_layernorm", "ffn_norm": "pre_feedforward_layernorm",
+    "post_ffw_norm": "post_feedforward_layernorm"})
+
+
+# -- config.json from metadata -------------------------------------------------------------------------------------
+
+def llama_like_config(m: Metadata, names: set, model_type: str) -> dict:
+    """The config.json fields every Llama-like architecture writes the same way."""
+    heads = m["attention.head_count"]
+    kv_heads = m.get("attention.head_count_kv", heads)
+    if isinstance(heads, list) or isinstance(kv_heads, list):
+        raise TinyInferError(f"{m.path}: head counts that vary per layer are not supported")
+    d = m["embedding_length"]
+    c = {"model_type": model_type, "hidden_size": d, "num_hidden_layers": m["block_count"],
+         "intermediate_size": m.get("feed_forward_length", 0), "num_attention_heads": heads,
+         "num_key_value_heads": kv_heads, "head_dim": m.get("attention.key_length", d // heads),
+         "max_position_embeddings": m["context_length"], "rope_theta": m.get("rope.freq_base", 10000.0),
+         "rms_norm_eps": m.get("attention.layer_norm_rms_epsilon", 1e-6),
+         "tie_word_embeddings": "output.weight" not in names}
+    if m.get("attention.value_length", c["head_dim"]) != c["head_dim"]:
+        raise TinyInferError(f"{m.path}: keys and values of different widths are not supported")
+    if "rope_freqs.weight" in names or "rope_factors_long.weight" in names:
+        raise TinyInferError(f"{m.path}: per-frequency RoPE factors (rope_freqs / rope_factors_long: Llama 3.1's or "
+                             "Phi-3-128k's scaled RoPE) are not supported; use the model's Hugging Face folder")
+    scaling = m.get("rope.scaling.type", "none")
+    if scaling == "linear":
+        c["rope_scaling"] = {"rope_type": "linear", "factor": m["rope.scaling.factor"]}
+    elif scaling != "none":
+        raise TinyInferError(f"{m.path}: RoPE scaling {scaling!r} in a GGUF file is not supported (only linear)")
+    return c
+
+
+def expert_config(m: Metadata) -> dict:
+    """A Mixture-of-Experts' counts and expert width."""
+    return {"num_experts": m["expert_count"], "num_experts_per_tok": m["expert_used_count"],
+            "moe_intermediate_size": m.get("expert_feed_forward_length")}
+
+
+# -- re-layouts ----------------------------------------------------------------------------------------------
+
+def unpermute_rows(n_heads: int, head_dim: int) -> np.ndarray:
+    """The GGUF row behind each row of the original q (or k) projection of `n_heads` heads.
+
+    llama.cpp rotates neighbouring pairs, Hugging Face's Llama pairs coordinate i with i + hd/2, so the converter
+    moves row i + hd/2 of each head next to row i (`permute` in convert_hf_to_gguf.py): GGUF row 2i + j is the
+    file's row i + j hd/2. Reading rows in this order undoes it.
+    """
+    half = head_dim // 2
+    within = (np.arange(head_dim) % half) * 2 + np.arange(head_dim) // half  # original row r <- GGUF row within[r]
+    return (np.arange(n_heads)[:, None] * head_dim + within).ravel()  # [n_heads * head_dim]
+
+
+def llama_relayout(name: str, w: np.ndarray, c: dict) -> np.ndarray:
+    """Undo the q/k row permutation (weights and biases alike)."""
+    heads = {"attn_q": c["num_attention_heads"], "attn_k": c["num_key_value_heads"]}.get(name)
+    return w if heads is None else w[unpermute_rows(heads, c["head_dim"])]
+
+
+def gemma_relayout(name: str, w: np.ndarray, c: dict) -> np.ndarray:
+    """Gemma's norms scale by 1 + weight; the converter stored 1 + weight (transformers subtracts 1 too)."""
+    return w - np.float32(1) if name.endswith("norm") else w
