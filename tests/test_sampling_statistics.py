@@ -10,8 +10,9 @@ tokens); the chi-square statistics add up over the cells and the groups (tests/c
 
 The prompt's likeliest next token (p = 0.59) is one of its own tokens, so the repetition penalty moves the
 distribution, and the controls are chosen so each moves it by a total variation above 0.05 (a guard test).
-A draw that forgets to normalise its CDF (`draw` in tinyinfer/sampling.py gets unnormalised weights whose sum
-is at least 1) never reaches the tokens with the highest ids: p-values below 1e-30 at these sizes.
+A draw that forgets to normalise its CDF (`draw`, which `model.generate` uses, and `sample_batch`, which the
+engine and so the server use, both in tinyinfer/sampling.py, get unnormalised weights whose sum is at least 1)
+never reaches the tokens with the highest ids: chi-square in the thousands, p = 0 (tests/mutate.py plants both).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ SERVER_N = 50  # samples per server request (the engine runs them at once): N / 
 CONTROLS = {
     "temperature": dict(temperature=1.6),
     "top_k": dict(top_k=4),
-    "top_p": dict(top_p=0.75),
+    "top_p": dict(top_p=0.6),  # keeps the top token (0.59) and the one that crosses 0.6
     "min_p": dict(min_p=0.04),
     "repetition_penalty": dict(repetition_penalty=2.0),
     "presence_frequency_penalties": dict(presence_penalty=1.5, frequency_penalty=1.0, logit_bias={26: 3.0}),

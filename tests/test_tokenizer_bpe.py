@@ -78,3 +78,12 @@ def test_a_repeated_merge_pair_takes_its_last_rank_as_hf_tokenizers_does():
     assert theirs == [0, 4]  # a, bc: the last rank of "a b" (2) comes after "b c" (1)
     assert BPE(vocab, merges).encode_word("abc") == theirs
     assert BPE(vocab, merges[:2]).encode_word("abc") == [3, 2]  # without the repeat "a b" merges first
+
+
+def test_a_stale_heap_entry_is_skipped_not_merged_early():
+    """a b c d with merges b+c (rank 0), a+b (1), bc+d (2), a+bc (3): merging b+c leaves the entry for a+b at
+    position 0 in the heap, now standing for a+bc; taken at rank 1 it would merge a+bc before bc+d (rank 2)."""
+    a, b, c, d, bc, ab, bcd, abc = range(8)
+    ranks = {(b, c): (0, bc), (a, b): (1, ab), (bc, d): (2, bcd), (a, bc): (3, abc)}
+    assert reference_apply_merges([a, b, c, d], ranks) == [a, bcd]
+    assert apply_merges([a, b, c, d], ranks.get) == [a, bcd]
