@@ -48,3 +48,12 @@ def _cuda_for_gpu_tests(request):
     strict_cupy.transfers.reset()
     with backend.cuda_module(strict_cupy):
         yield
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _no_api_key_from_the_shell():
+    """A server started by a test asks for a key only where the test gives one: TINYINFER_API_KEY set in the
+    shell running the tests (and inherited by the servers they start as processes) is taken away."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv("TINYINFER_API_KEY", raising=False)
+        yield

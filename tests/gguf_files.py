@@ -173,7 +173,7 @@ def add_metadata(writer: gguf.GGUFWriter, arch: str, c: dict) -> None:
         writer.add_uint32(f"{arch}.expert_shared_feed_forward_length", c["shared_expert_intermediate_size"])
 
 
-def write_gguf(folder: Path, path: Path, qtype: str = "F32", seed: int = 0, version: int = 3) -> Path:
+def write_gguf(folder: Path, path: Path, qtype: str = "F32", seed: int = 0) -> Path:
     """Convert the tiny checkpoint in `folder` to the GGUF file `path`, its matrices stored as `qtype`."""
     c = transformers.AutoConfig.from_pretrained(folder).to_dict()
     c["model_type"] = transformers.AutoConfig.from_pretrained(folder).model_type
@@ -207,17 +207,14 @@ def logits_of(model: transformers.PreTrainedModel, ids: list[int]) -> np.ndarray
 
 
 REAL_MODEL = "smollm2-135m-instruct"
-REAL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 def real_model_path() -> Path | None:
-    """SmolLM2-135M-Instruct Q4_1 in tinyinfer's model cache ($TINYINFER_CACHE, else ~/.cache/tinyinfer/models),
-    where `python -m tinyinfer pull smollm2-135m-instruct` puts it; None when it is not there."""
-    import os  # noqa: PLC0415
+    """SmolLM2-135M-Instruct Q4_1 in tinyinfer's model cache, where `python -m tinyinfer pull smollm2-135m-instruct`
+    puts it (tinyinfer/catalogue.py); None when it is not there."""
+    from tinyinfer.catalogue import pulled_path  # noqa: PLC0415
 
-    cache = os.environ.get("TINYINFER_CACHE")
-    path = (Path(cache).expanduser() if cache else Path.home() / ".cache" / "tinyinfer" / "models") / REAL_FILE
-    return path if path.is_file() else None
+    return pulled_path(REAL_MODEL)
 
 
 def real_model_or_skip() -> Path:

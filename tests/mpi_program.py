@@ -21,7 +21,8 @@ from tinyinfer.distribute import distribute
 from tinyinfer.distributed import CommunicationError, connect
 from tinyinfer.engine import LLM
 from tinyinfer.engine.ranks import engine_on_ranks
-from tinyinfer.model import Model, map_arrays
+from tinyinfer.model import Model
+from tinyinfer.param_tree import map_arrays
 from tinyinfer.sampling import SamplingParams
 
 SPLITS = {"tp": dict(tensor_parallel_size=2), "pp": dict(pipeline_parallel_size=2),

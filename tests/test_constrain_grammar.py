@@ -97,6 +97,7 @@ def test_parser_handles_recursion_and_utf8_bytes():
     assert accepts(parser, "éü".encode()) and not accepts(parser, "éa".encode())
 
 
+@pytest.mark.exercise("8.1")
 def test_right_recursion_runs_in_constant_stack_depth():
     """Automata are written as right-recursive rules; a tail call pushes no frame, so the same automaton
     state is the same parser state however long the text (what lets masks be cached)."""

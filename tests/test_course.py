@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from tinyinfer.cli import main
-from tinyinfer.course.exercises import find_exercises, parse_markers, select_exercises
-from tinyinfer.course.grading import grade_workspace
-from tinyinfer.course.verify import table, verify_exercises
+from tinyinfer.course.exercises import find_exercises, parse_markers, select_exercises, stored_prerequisites
+from tinyinfer.course.grading import ExerciseResult, grade_alone, grade_workspace, is_unwritten
+from tinyinfer.course.verify import MIN_TESTS, Check, prerequisites, table, verify_exercises
 from tinyinfer.course.workspace import start_workspace, stub_file
 from tinyinfer.errors import TinyInferError
 
@@ -69,6 +69,11 @@ def test_add():
     assert add(2, 3) == 5
 
 
+@pytest.mark.exercise("1.1")
+def test_add_negatives():
+    assert add(-2, -3) == -5
+
+
 @pytest.mark.exercise("1.1", "1.2")
 def test_add_then_scale():
     assert Scaler().scale([add(1, 1)], 3) == [6]
@@ -79,8 +84,14 @@ def test_scale():
     assert Scaler().scale([1, 2], 3) == [3, 6]
 
 
+@pytest.mark.exercise("1.2")
+def test_scale_nothing():
+    assert Scaler().scale([], 3) == []
+
+
 @pytest.mark.exercise("2.1")
-def test_negate_exists():
+@pytest.mark.parametrize("x", [1, 2, 3])
+def test_negate_exists(x):
     assert callable(negate)
 
 
@@ -118,6 +129,14 @@ def replace_region(workspace: Path, source_root: Path, exercise_id: str) -> None
     lines = (workspace / stubbed.path).read_text().splitlines()
     lines[stubbed.begin : stubbed.end - 1] = body
     (workspace / stubbed.path).write_text("\n".join(lines) + "\n")
+
+
+def write_region(workspace: Path, exercise_id: str, body: list[str]) -> None:
+    """Put `body` (lines without the region's indentation) between an exercise's markers in the workspace."""
+    exercise = {e.id: e for e in find_exercises(workspace)}[exercise_id]
+    lines = (workspace / exercise.path).read_text().splitlines()
+    lines[exercise.begin : exercise.end - 1] = [exercise.indent + line for line in body]
+    (workspace / exercise.path).write_text("\n".join(lines) + "\n")
 
 
 # --- markers ---------------------------------------------------------------------------------------------
@@ -201,8 +220,8 @@ def test_workspace_is_graded_against_its_own_copy(toy_project, tmp_path):
     grade = grade_workspace(workspace, select_exercises(find_exercises(workspace), ids=["1.1", "1.2"]))
     # The installed tinyinfer has no `toy` module: these outcomes can only come from the workspace's copy.
     assert [(r.exercise.id, r.verdict, r.count("passed"), len(r.outcomes)) for r in grade.results] == [
-        ("1.1", "failed", 0, 2),
-        ("1.2", "failed", 1, 2),  # test_add_then_scale grades both and calls the stubbed add
+        ("1.1", "failed", 0, 3),
+        ("1.2", "failed", 2, 3),  # test_add_then_scale grades both and calls the stubbed add
     ]
     assert not grade.all_passed
     assert "score: 0/2 exercises passed" in grade.table()
@@ -210,6 +229,24 @@ def test_workspace_is_graded_against_its_own_copy(toy_project, tmp_path):
     replace_region(workspace, toy_project, "1.1")
     grade = grade_workspace(workspace, select_exercises(find_exercises(workspace), ids=["1.1", "1.2"]))
     assert grade.all_passed and "score: 2/2 exercises passed" in grade.table()
+
+
+def test_an_exercise_is_graded_with_the_reference_of_the_others(toy_project, tmp_path):
+    """1.2's tests call 1.1's add: with 1.1 still a stub, a correct 1.2 passes, and the table says it needs 1.1."""
+    workspace = start_workspace(toy_project, tmp_path / "ws", find_exercises(toy_project))  # everything stubbed
+    replace_region(workspace, toy_project, "1.2")
+    exercises = {e.id: e for e in find_exercises(workspace)}
+    assert is_unwritten(workspace, exercises["1.1"]) and not is_unwritten(workspace, exercises["1.2"])
+    grade = grade_alone(workspace, [exercises["1.2"]], toy_project)
+    assert (grade.results[0].verdict, grade.results[0].ran, grade.results[0].unwritten) == ("passed", {"1.1"}, {"1.1"})
+    assert re.search(r"1\.2 .* passed \(3/3 tests passed\) +1\.1°", grade.table())
+    assert "graded with the reference solution in its place" in grade.table()
+    assert "return a + b" not in (workspace / "tinyinfer" / "toy.py").read_text()  # the workspace is left as it was
+    # Graded together, a wrong 1.1 fails, and is not what 1.2 is graded with.
+    write_region(workspace, "1.1", ["return a - b"])
+    grade = grade_alone(workspace, [exercises["1.1"], exercises["1.2"]], toy_project)
+    assert [(r.exercise.id, r.verdict) for r in grade.results] == [("1.1", "failed"), ("1.2", "passed")]
+    assert "1.1°" not in grade.table()  # 1.1 is written, just wrong
 
 
 def test_grading_refuses_tests_that_import_another_tinyinfer(toy_project, tmp_path):
@@ -238,8 +275,10 @@ def test_pytest_exercise_option_selects_by_marker(toy_project):
                              cwd=toy_project, env={**_env(), "PYTHONPATH": str(toy_project)}, capture_output=True, text=True)
         return run.returncode, sorted(re.findall(r"::(test_\w+)", run.stdout)), run.stdout + run.stderr
 
-    assert selected("--exercise", "1.2")[1] == ["test_add_then_scale", "test_scale"]
-    assert selected("--exercise", "2.1", "--exercise", "1")[1] == ["test_add", "test_add_then_scale", "test_negate_exists", "test_scale"]
+    assert selected("--exercise", "1.2")[1] == ["test_add_then_scale", "test_scale", "test_scale_nothing"]
+    assert selected("--exercise", "2.1", "--exercise", "1")[1] == [
+        "test_add", "test_add_negatives", "test_add_then_scale", "test_negate_exists", "test_negate_exists", "test_negate_exists",
+        "test_scale", "test_scale_nothing"]
     code, _, output = selected("--exercise", "x.1")
     assert code != 0 and "give an exercise id like 3.1" in output
 
@@ -249,7 +288,9 @@ def test_verify_flags_weak_and_missing_tests(toy_project, tmp_path):
     assert checks["1.1"].problem is None and checks["1.2"].problem is None
     assert "still pass" in checks["2.1"].problem
     assert "has no tests" in checks["2.2"].problem
-    assert re.search(r"2\.1 +1 +passed +NOT caught", table(list(checks.values())))
+    assert re.search(r"2\.1 +3 +passed +NOT caught", table(list(checks.values())))
+    two_tests = Check(ExerciseResult(checks["1.1"].reference.exercise, {"a": "passed", "b": "passed"}))
+    assert f"has 2 test(s): give it at least {MIN_TESTS}" in two_tests.problem
 
 
 def _env() -> dict:
@@ -266,6 +307,28 @@ def test_every_marked_exercise_is_graded_for_real(tmp_path):
     checks = verify_exercises(ROOT, tmp_path)
     problems = [c.problem for c in checks if c.problem]
     assert not problems, table(checks) + "\n" + "\n".join(problems)
+    assert all(len(c.reference.outcomes) >= MIN_TESTS for c in checks)
+    assert prerequisites(checks) == stored_prerequisites(), (
+        "what the exercise tests run has changed: `python -m tinyinfer course prerequisites` stores it again")
+
+
+@pytest.mark.slow  # grades two exercises through the CLI, each in its own pytest process
+def test_an_exercise_passes_while_those_it_needs_are_stubs(tmp_path, capsys):
+    """The issue's proofs: 8.2 passes with only 8.1 stubbed; a correct 5.2 passes with everything stubbed."""
+    only = tmp_path / "only-8.1"
+    assert main(["course", "start", str(only), "--only", "8.1"]) == 0
+    capsys.readouterr()
+    assert main(["course", "check", "8.2", "--workspace", str(only), "--quiet"]) == 0
+    assert re.search(r"8\.2 .* passed .* 8\.1°", capsys.readouterr().out)
+    everything = tmp_path / "everything"
+    assert main(["course", "start", str(everything)]) == 0
+    row = next(line for line in (everything / "README.md").read_text().splitlines() if line.startswith("| 5.2 |"))
+    assert row.endswith(" | " + ", ".join(stored_prerequisites()["5.2"]) + " |") and "4.1" in row
+    replace_region(everything, ROOT, "5.2")
+    capsys.readouterr()
+    assert main(["course", "check", "5.2", "--workspace", str(everything), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"5\.2 .* passed .*4\.1°", out) and "score: 1/1 exercises passed" in out
 
 
 def test_every_exercise_is_listed_in_its_chapter():

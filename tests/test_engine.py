@@ -12,6 +12,7 @@ from engine_helpers import assert_same_as_solo, random_prompt, solo, stories  # 
 
 import tinyinfer
 from tinyinfer.bench import serve, step
+from tinyinfer.bench import workload as bench_workload
 from tinyinfer.engine import LLM
 from tinyinfer.errors import TinyInferError
 from tinyinfer.sampling import SamplingParams
@@ -100,6 +101,7 @@ def test_prefix_cache_hits_keep_outputs_exact(stories):
     assert_same_as_solo(stories, prompts, params, results)
 
 
+@pytest.mark.exercise("9.2")
 def test_prefix_cache_is_reused_after_the_owner_finished(stories):
     prompt = random_prompt(np.random.default_rng(4), 40)
     llm = LLM(stories, block_size=8)
@@ -116,6 +118,7 @@ def test_disabled_prefix_cache_never_hits(stories):
     assert llm.stats().prefix_cache_hit_rate == 0
 
 
+@pytest.mark.exercise("10.1")
 def test_static_batching_is_exact_and_waits_for_the_whole_batch(stories):
     rng = np.random.default_rng(5)
     prompts = [random_prompt(rng, int(n)) for n in rng.integers(2, 30, size=8)]
@@ -130,6 +133,7 @@ def test_static_batching_is_exact_and_waits_for_the_whole_batch(stories):
     assert_same_as_solo(stories, prompts, params, results)
 
 
+@pytest.mark.exercise("10.2")
 def test_static_batching_under_preemption_is_exact_and_leaks_nothing(stories):
     rng = np.random.default_rng(8)
     prompts = [random_prompt(rng, int(n)) for n in rng.integers(2, 20, size=10)]
@@ -268,11 +272,11 @@ def test_bench_serve_runs_all_modes_and_finds_the_same_tokens(capsys):
 
 def test_bench_serve_tells_a_rounding_tie_from_a_bug(stories):
     rng = np.random.default_rng(9)
-    workload = serve.make_workload(stories, rng, 4, 100.0, (8, 16), (6, 10), 0.8)
+    workload = bench_workload.make_workload(stories, rng, 4, 100.0, (8, 16), (6, 10), 0.8)
     workload[2].params = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
     reference = serve.serve_sequential(stories, workload)
-    assert serve.check_same_tokens(stories, workload, reference, [serve.serve_engine(LLM(stories), workload, "x")])
-    broken = serve.Served("broken", [list(ids) for ids in reference.token_ids], [], [], 1.0, 1.0)
+    assert serve.check_same_tokens(stories, workload, reference, [bench_workload.serve_engine(LLM(stories), workload, "x")])
+    broken = bench_workload.Served("broken", [list(ids) for ids in reference.token_ids], [], [], 1.0, 1.0)
     prompt = workload[2].prompt_ids + reference.token_ids[2][:3]
     broken.token_ids[2][3] = int(stories.logits(prompt)[-1].argmin())  # greedy would never pick the least likely
     assert not serve.check_same_tokens(stories, workload, reference, [broken])

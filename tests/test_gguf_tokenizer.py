@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import copy
 import functools
+import importlib.util
 
 import pytest
 
 from tests.conftest import shared_data
 from tinyinfer.catalogue import pulled_path
+from tinyinfer.chat import ChatTemplate
 from tinyinfer.errors import TinyInferError
-from tinyinfer.tokenizer.gguf import PRE_TOKENIZERS, chat_template_from_gguf, merges_from_scores, stop_token_ids, tokenizer_from_gguf
+from tinyinfer.chat import chat_template_from_gguf
+from tinyinfer.tokenizer.gguf import PRE_TOKENIZERS, merges_from_scores, stop_token_ids, tokenizer_from_gguf
 
 gguf = pytest.importorskip("gguf")
 transformers = pytest.importorskip("transformers")
@@ -141,6 +144,8 @@ def test_smollm2_chat_template_ids_equal_apply_chat_template(smollm2, add_genera
     path, metadata, tok = smollm2
     template = chat_template_from_gguf(metadata)
     ref = hf_from_gguf(path)
+    if importlib.util.find_spec("tinyinfer.gguf") is not None:  # what `chat --model smollm2-135m-instruct` renders
+        assert ChatTemplate.for_model("smollm2-135m-instruct").sources == template.sources
     for messages in CONVERSATIONS:
         text = template.render(messages, add_generation_prompt=add_generation_prompt)
         expected = ref.apply_chat_template(messages, add_generation_prompt=add_generation_prompt, tokenize=True)
@@ -199,3 +204,27 @@ def test_pre_tokenizer_names_choose_the_split(gpt2_vocab):
     assert pieces["gpt-2"] == ["x", " 123", "45"]  # ' 12345' is one piece, BPE'd
     assert pieces["llama3"] == pieces["llama-bpe"] == ["x", " ", "123", "45"]
     assert pieces["qwen2"] == pieces["smollm"] == pieces["starcoder"] == ["x", " ", "1", "2", "3", "4", "5"]
+
+
+def test_chat_with_the_real_model_answers_as_transformers_does(smollm2):
+    """`chat --model smollm2-135m-instruct`, greedy: the reply to "Hi" is transformers' greedy reply on the
+    same file and the same template's ids (an instruct model's answer, not Shakespeare)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("tinyinfer.gguf", reason="tinyinfer does not load GGUF files in this checkout")
+    torch = pytest.importorskip("torch")
+    path, metadata, tok = smollm2
+    ids = tok.encode(chat_template_from_gguf(metadata).render([{"role": "user", "content": "Hi"}], add_generation_prompt=True))
+    model = transformers.AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32).eval()
+    with torch.no_grad():
+        out = model.generate(torch.tensor([ids]), max_new_tokens=30, do_sample=False)[0, len(ids):].tolist()
+    reply = tok.decode([i for i in out if i not in (1, 2)], skip_special_tokens=True)
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-m", "tinyinfer", "chat", "--model", "smollm2-135m-instruct", "--temperature", "0",
+                           "--max-tokens", "30"], input="Hi\n", capture_output=True, text=True, cwd=root, timeout=600,
+                          env={**os.environ, "PYTHONPATH": str(root)})
+    assert done.returncode == 0, done.stderr
+    assert f"> {reply}\n" in done.stdout and reply.strip()

@@ -216,7 +216,7 @@ def test_bench_decode_on_the_device_reports_the_gpu_memory_bound(capsys):
     assert main(["bench", "decode", "--device", "cuda", "--dtype", "float16", "--prompt-tokens", "8",
                  "--tokens", "4", "--rounds", "1"]) == 0
     out = capsys.readouterr().out
-    assert "GPU memory bandwidth (measured copy)" in out and "of the bandwidth bound" in out
+    assert "GPU memory bandwidth (measured" in out and "of the bandwidth bound" in out
     assert "float16" in out
 
 

@@ -23,7 +23,8 @@ from safetensors.torch import save_file
 
 import tinyinfer
 from tinyinfer.errors import TinyInferError
-from tinyinfer.model import Model, SeqChunk, map_arrays
+from tinyinfer.model import Model, SeqChunk
+from tinyinfer.param_tree import map_arrays
 from tinyinfer.moe import track_routing
 from tolerances import assert_close, logits_bound
 from tiny_models import ROOT, _import_script, assert_logits_equal_transformers, built_once, hf_greedy, hf_logits, hf_model, prompt_ids, tiny_checkpoint  # noqa: F401

@@ -2,7 +2,9 @@
 
 Notebooks execute in a fresh `python3` Jupyter kernel from the repository root. Figures go through the
 kernel's inline backend (Agg rendering to PNG, no display needed), so plotting code really draws. A cell
-that raises fails the test, and the message shows that cell and its traceback.
+that raises fails the test, and the message shows that cell and its traceback. Each figure a notebook draws
+is also compared with the image the chapters show (tinyinfer/course/figures.py): a plot that changed while
+its image did not fails, naming the command that renders them again.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import pytest
 
 import nbclient  # dev dependencies: missing is a failure, not a skip
 import nbformat
+
+from tinyinfer.course import figures  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -32,11 +36,15 @@ def execute(path: Path, timeout: int = 240) -> None:
 def test_notebook_runs_top_to_bottom(path):
     failure = None
     try:
-        execute(path)
+        drawn, _ = figures.run_notebook(path, ROOT)
     except nbclient.exceptions.CellExecutionError as e:
         failure = ANSI_COLOUR.sub("", str(e))  # the failing cell's source and its traceback, without colour codes
     if failure:
         pytest.fail(f"{path.name}: a cell failed\n{failure}", pytrace=False)
+    stale = figures.stale(ROOT, drawn)
+    stored = [name for name in figures.read_manifest(ROOT) if name.startswith(f"{path.stem}-")]
+    gone = sorted(set(stored) - {f["name"] for f in drawn})
+    assert not stale and not gone, f"{figures.STALE_HINT}:\n" + "\n".join(stale + [f"{g}: no longer drawn" for g in gone])
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])

@@ -138,6 +138,7 @@ def test_paged_cache_reads_back_what_a_contiguous_cache_holds(stories):
     assert not paged.k[0].any() and not paged.k[2][:, 6].any()  # other layers and unlisted blocks untouched
 
 
+@pytest.mark.exercise("9.3")
 def test_paged_cache_refuses_positions_beyond_the_block_table(stories):
     cache = PagedKVCache(stories.config, n_blocks=4, block_size=4)
     cache.tables[0] = [1]

@@ -25,6 +25,12 @@ def model():
     return tinyinfer.load("shakespeare")
 
 
+def finished(text: str) -> dict[str, float]:
+    """tinyinfer:request_success_total by finished_reason."""
+    return {sample.labels["finished_reason"]: sample.value for family in text_string_to_metric_families(text)
+            for sample in family.samples if sample.name == "tinyinfer:request_success_total"}
+
+
 def scrape(server) -> dict[str, float]:
     """Sample name -> value (histograms as their _count and _sum); the content type is Prometheus text."""
     status, body = get(server, "/metrics")
@@ -47,6 +53,7 @@ def test_metrics_count_what_the_requests_got_and_the_engine_did(model):
         while llm.has_unfinished() and not deadline.wait(0.02):
             pass
         after = scrape(server)
+        assert finished(get(server, "/metrics")[1].decode()) == {"length": 4}
 
     def grew(name):
         return after[name] - before.get(name, 0)

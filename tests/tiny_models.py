@@ -27,7 +27,8 @@ import tinyinfer.model
 from tinyinfer.engine import LLM
 from tinyinfer.flash_attention import tiled_attention
 from tinyinfer.memory import param_count
-from tinyinfer.model import Model, SeqChunk, map_arrays
+from tinyinfer.model import Model, SeqChunk
+from tinyinfer.param_tree import map_arrays
 from tinyinfer.sampling import SamplingParams
 from tolerances import assert_close, logits_bound
 

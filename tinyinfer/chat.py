@@ -32,6 +32,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from tinyinfer.config import read_json
 from tinyinfer.errors import TinyInferError
+from tinyinfer.resolve import DEFAULT_MODEL, resolve_path
 
 # the special tokens a tokenizer_config.json may name; HF puts each one it has into the template context
 SPECIAL_TOKEN_NAMES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
@@ -111,15 +112,24 @@ class ChatTemplate:
     def for_model(cls, model, required: bool = True) -> ChatTemplate | None:
         """The chat template of a model given as `tinyinfer.load` takes it (folder, file, built-in name).
         A model without one is an error, or None if not `required`."""
-        from tinyinfer.loading import resolve_path  # noqa: PLC0415 - loading pulls in the model code
-
         if model is None:
-            from tinyinfer.resolve import DEFAULT_MODEL  # noqa: PLC0415
-
             model = DEFAULT_MODEL
         path = resolve_path(model)
+        if path.is_file() and path.suffix == ".gguf":  # the template is in the file's metadata
+            return cls.from_gguf(path, required)
         folder = path if path.is_dir() else path.parent
         return cls.from_pretrained(folder) if required else cls.from_pretrained_if_any(folder)
+
+    @classmethod
+    def from_gguf(cls, path: str | Path, required: bool = True) -> ChatTemplate | None:
+        """The template of a GGUF file's `tokenizer.chat_template` (tinyinfer/tokenizer/gguf.py reads it)."""
+        from tinyinfer.gguf.reader import GGUFFile  # noqa: PLC0415 - the reader maps the file: only when asked
+
+        template = chat_template_from_gguf(GGUFFile(path).metadata)
+        if template is None and required:
+            raise TinyInferError(f"{path} has no chat template (no tokenizer.chat_template in its metadata): use a "
+                                 "chat/instruct model's GGUF, or generate without --chat")
+        return template
 
     def render(
         self,
@@ -187,3 +197,11 @@ def special_tokens_of(config: dict) -> dict[str, str]:
             tokens[name] = value
     return tokens
 
+
+def chat_template_from_gguf(metadata: dict) -> ChatTemplate | None:
+    """The chat template of a GGUF file's `tokenizer.chat_template`, with the special tokens it may name (None: no
+    template)."""
+    from tinyinfer.tokenizer.gguf import special_tokens_from_gguf  # noqa: PLC0415 - only GGUF files need it
+
+    source = metadata.get("tokenizer.chat_template")
+    return ChatTemplate(source, special_tokens_from_gguf(metadata)) if source else None

@@ -163,6 +163,14 @@ class Config:
             return self.qk_rope_head_dim
         return int(self.head_dim * self.partial_rotary_factor)
 
+    def attention_spec(self, layer: int) -> AttentionSpec:
+        """How layer `layer` attends: what its Config says, gathered once per model (tinyinfer/model.py)."""
+        sliding = self.layer_types[layer] == "sliding_attention"
+        rope = None if self.position != "rope" or layer in self.nope_layers else (
+            "local" if sliding and self.local_rope_theta is not None else "global")
+        return AttentionSpec(scale=self.attention_scale(layer), softcap=self.attn_softcap, window=self.window_of(layer),
+                             rope=rope, qk_norm=self.qk_norm, clamp=self.clip_qkv)
+
     def window_of(self, layer: int) -> int | None:
         """How many past positions a layer may attend to (None = the whole context)."""
         return self.sliding_window if self.layer_types[layer] == "sliding_attention" else None
@@ -178,6 +186,20 @@ class Config:
         """fp32 bytes of K and V one token adds to the cache: 2 x layers x kv_heads x head_dim x 4 (once, not
         twice, when the values are the keys)."""
         return (1 if self.values_are_keys else 2) * self.n_layers * self.n_kv_heads * self.head_dim * 4
+
+
+@dataclass(frozen=True)
+class AttentionSpec:
+    """How one layer attends (`Config.attention_spec`): the switches its attention reads, in one place."""
+
+    scale: float  # the factor on q.k scores (Config.attention_scale)
+    softcap: float | None = None  # Gemma 2: scores become cap * tanh(score / cap) before the mask
+    window: int | None = None  # how many past positions it sees (None: the whole context)
+    rope: str | None = "global"  # which RoPE rotates q and k: "global", "local" (Gemma 3's sliding layers), None
+    qk_norm: bool = False  # q and k normed before RoPE (how: Config.qk_norm_span, qk_norm_kind)
+    clamp: float | None = None  # OLMo 1: q, k and v clipped to [-clamp, clamp] after their projections
+    # (gpt-oss's attention sinks, a learned logit per head in the softmax's denominator, are a parameter of the
+    # layer, "sinks": a layer attends with them when it has them)
 
 
 ROUTERS = ("softmax", "sigmoid_grouped", "softmax_grouped", "topk_softmax")  # tinyinfer/moe.py

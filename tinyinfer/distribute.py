@@ -5,7 +5,11 @@
     --pipeline-parallel-size N    the layers split over N stages            tinyinfer/pipeline.py
 
 The job must have exactly tensor x pipeline parallel size processes (`mpirun -n`), else a clear error on every
-rank. Tensor and pipeline parallelism are not combined yet (one of the two sizes must be 1).
+rank. Both together: rank r is tensor-parallel rank r mod tp of stage r // tp, and sends to the same-numbered
+rank of the next stage:
+
+    mpirun -n 4 ... --tensor-parallel-size 2 --pipeline-parallel-size 2
+        stage 0: ranks 0, 1 (layers 0 .. L/2 - 1, heads split)  --send-->  stage 1: ranks 2, 3
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from tinyinfer.errors import TinyInferError
 from tinyinfer.expert_parallel import ExpertParallelModel
 from tinyinfer.model import Model
 from tinyinfer.parallel import TensorParallelModel
-from tinyinfer.pipeline import PipelineStageModel
+from tinyinfer.pipeline import pipeline_stage
 
 
 def distribute(model: Model, comm: Communicator, tensor_parallel_size: int = 1, pipeline_parallel_size: int = 1,
@@ -23,17 +27,18 @@ def distribute(model: Model, comm: Communicator, tensor_parallel_size: int = 1, 
     """This rank's part of `model` (the model itself when there is one rank)."""
     tp, pp = tensor_parallel_size, pipeline_parallel_size
     comm.check_size(tp * pp, f"--tensor-parallel-size {tp} x --pipeline-parallel-size {pp}")
-    if tp > 1 and pp > 1:
-        raise TinyInferError("tensor and pipeline parallelism together are not supported yet: set one of "
-                             "--tensor-parallel-size and --pipeline-parallel-size to 1")
     if enable_expert_parallel and tp == 1:
         raise TinyInferError("--enable-expert-parallel places the experts over the tensor-parallel ranks: give "
                              "--tensor-parallel-size N > 1 too")
+    stage, t = divmod(comm.rank, tp)  # rank = stage x tp + t: stage's tensor-parallel rank t
+    group = comm if pp == 1 else comm.split(color=stage, key=t)  # the ranks of this stage
     if enable_expert_parallel:
-        return ExpertParallelModel(model, comm)
-    if tp > 1:
-        return TensorParallelModel(model, comm)
-    return PipelineStageModel(model, comm) if pp > 1 else model
+        model = ExpertParallelModel(model, group)
+    elif tp > 1:
+        model = TensorParallelModel(model, group)
+    if pp == 1:
+        return model
+    return pipeline_stage(model, comm if tp == 1 else comm.split(color=t, key=stage))  # rank t of every stage
 
 
 def traffic_report(model, comm: Communicator) -> str:

@@ -105,19 +105,18 @@ class ExpertParallelModel(TensorParallelModel):
     def traffic_formula(self) -> dict[str, tuple[float, str]]:
         """As tensor parallelism's, but one all-reduce per MoE layer (attention's) and the MoE layers' exchange,
         as it would be with routing spread evenly (the measured bytes follow the router's real choices)."""
-        cfg, T, b, n = self.config, self.tokens, self.dtype.itemsize, self.comm.size
-        moe = sum(cfg.is_moe_layer(i) for i in range(cfg.n_layers))
+        cfg, T, b, n, L = self.config, self.tokens, self.dtype.itemsize, self.comm.size, len(self.layers)
+        moe = sum(cfg.is_moe_layer(i) for i in self.layers)
         k, d = cfg.n_experts_per_tok, cfg.d_model
         formula = super().traffic_formula()
-        formula["all_reduce"] = ((2 * cfg.n_layers - moe) * T * d * b,
-                                 f"(2 x {cfg.n_layers} layers - {moe} MoE) x {T} tokens x d {d} x {b} B")
+        formula["all_reduce"] = ((2 * L - moe) * T * d * b, f"(2 x {L} layers - {moe} MoE) x {T} tokens x d {d} x {b} B")
         away = (n - 1) / n  # of a rank's rows go to experts on other ranks, routing spread evenly
         formula["all_to_all"] = (moe * T / n * k * away * (2 * d * b + 8),
                                  f"{moe} MoE layers x {T}/{n} tokens x k {k} x {away:g} away x (2 x d {d} x {b} B + "
                                  f"an 8 B expert id)")
-        formula["all_gather"] = (formula["all_gather"][0] + moe * self.shares * d * b,
-                                 f"{formula['all_gather'][1]} + {moe} MoE layers x {self.shares} rows (each pass's "
-                                 f"tokens / {n}, rounded up) x d {d} x {b} B")
+        logits = formula.get("all_gather", (0, "no logits on this stage"))
+        formula["all_gather"] = (logits[0] + moe * self.shares * d * b, f"{logits[1]} + {moe} MoE layers x "
+                                 f"{self.shares} rows (each pass's tokens / {n}, rounded up) x d {d} x {b} B")
         return formula
 
     def run_experts(self, rows: list, ids: list, mlp: dict) -> list:

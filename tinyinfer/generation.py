@@ -7,8 +7,9 @@
 Around the bare loop (`generate_tokens`) sit the parts a user of an LLM API expects:
 
 - the sampler (tinyinfer/sampling.py) with the request's SamplingParams, one seeded generator per sample;
-- streaming: each token goes through the streaming detokenizer (whole characters only) and then the stop
-  matcher (tinyinfer/stopping.py), so the stream never shows text that a stop string later cuts;
+- per-token finishing (tinyinfer/output.py, the engine's too): end tokens, logprobs, the streaming detokenizer
+  (whole characters only) and the stop matcher (tinyinfer/stopping.py), so the stream never shows text that a
+  stop string later cuts;
 - a result with the text, the token ids, why it finished ("eos", "stop" or "length"), per-token logprobs when
   asked, and timings (TTFT, TPOT, tokens/s);
 - `n` samples of one prompt, decoded one after the other here (the serving engine batches them);
@@ -16,7 +17,8 @@ Around the bare loop (`generate_tokens`) sit the parts a user of an LLM API expe
 - a draft model (tinyinfer/speculative.py): the same tokens, several per step of the model.
 
 The KV cache is allocated once for prompt + max_tokens, so the loop never copies it. A prompt that cannot fit
-in the context window with its max_tokens is refused before any work is done.
+in the context window with its max_tokens, and every other bad request, is refused before any work is done
+(`check_request`, the engine's too).
 
     >>> model = tinyinfer.load("shakespeare")                                  # doctest: +SKIP
     >>> model.generate("ROMEO:", max_tokens=20, temperature=0).text             # doctest: +SKIP
@@ -29,14 +31,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
-from typing import Iterator
+from typing import Callable, Iterator
 
 from tinyinfer.errors import TinyInferError, is_integer_at_least
 from tinyinfer.lora import check_adapter
-from tinyinfer.model import SeqChunk
+from tinyinfer.model import Model, SeqChunk, check_token_ids
 from tinyinfer.sampling import Sampler, SamplingParams, TokenChoice, check_flag, check_text, sequence_rngs
+from tinyinfer.output import OutputProcessor
 from tinyinfer.speculative import SpeculationStats, check_draft, speculative_tokens
-from tinyinfer.stopping import StopMatcher
 
 
 @dataclass
@@ -106,25 +108,6 @@ def encode_prompt(model, prompt, add_special_tokens: bool = True) -> list[int]:
     if isinstance(prompt, (bytes, bytearray)) or not hasattr(prompt, "__iter__"):
         raise TinyInferError(f"the prompt is a {type(prompt).__name__}: give text (str) or a list of token ids")
     return check_token_ids(model, prompt, "the prompt")
-
-
-def check_token_ids(model, ids, what: str) -> list[int]:
-    """`ids` as a list of ints, if it is a non-empty sequence of token ids of `model`; else a TinyInferError
-    naming `what` was wrong (an id past the vocabulary would index past the embedding table).
-
-    check_token_ids(model, [5, np.int64(6)], "the prompt") -> [5, 6]
-    """
-    if isinstance(ids, (str, bytes, bytearray)) or not hasattr(ids, "__iter__"):
-        raise TinyInferError(f"{what} is a {type(ids).__name__}: give a list of token ids")
-    ids = list(ids)
-    if not ids:
-        raise TinyInferError(f"{what} is empty: give at least one token")
-    vocab_size = model.config.vocab_size
-    for i in ids:
-        if not is_integer_at_least(i, 0) or i >= vocab_size:
-            raise TinyInferError(f"{what} holds {i!r}, which is not a token id of this model: "
-                                 f"ids must be integers in [0, {vocab_size - 1}]")
-    return [int(i) for i in ids]
 
 
 def resolve_params(model, params: SamplingParams | None, overrides: dict) -> SamplingParams:
@@ -206,44 +189,19 @@ def _run(model, prompt_ids: list[int], sampler: Sampler, out: GenerationStream, 
         picks = generate_tokens(model, prompt_ids, sampler, timings, lora)
     else:
         picks = speculative_tokens(model, draft, prompt_ids, sampler, k, timings, speculation)
-    enders = stop_ids(model, params)
-    detok = _detokenizer(model, prompt_ids)
-    matcher = StopMatcher(params.stop)
-    tokens, choices, pieces, finish_reason = [], [], [], "length"
-    for choice in picks:
-        if choice.token_id in enders:
-            finish_reason = "stop" if choice.token_id in params.stop_token_ids else "eos"
-            break
-        tokens.append(choice.token_id)
-        choices.append(choice)
-        if detok is None:
-            continue
-        piece = matcher.push(detok.push(choice.token_id))  # whole characters, minus a possible stop prefix
+    output = OutputProcessor(params, stop_ids(model, params), model.tokenizer, prompt_ids)
+    for choice in picks:  # at most max_tokens of them
+        piece = output.push(choice)
         if piece:
-            pieces.append(piece)
             yield piece
-        if matcher.stopped:
-            finish_reason = "stop"
+        if output.finished:
             break
-    if detok is not None and not matcher.stopped:
-        tail = matcher.push(detok.flush())  # the detokenizer's last bytes may still complete a stop string
-        finish_reason = "stop" if matcher.stopped else finish_reason
-        tail += matcher.flush()
+    else:
+        tail = output.finish("length")
         if tail:
-            pieces.append(tail)
             yield tail
-    out.result = GenerationResult(
-        "".join(pieces), tokens, finish_reason, len(prompt_ids), timings,
-        choices if params.logprobs is not None else None, prompt_ids, matcher.stop_string, speculation,
-    )
-
-
-def _detokenizer(model, prompt_ids: list[int]):
-    if model.tokenizer is None:
-        return None
-    from tinyinfer.tokenizer import StreamingDetokenizer  # noqa: PLC0415
-
-    return StreamingDetokenizer(model.tokenizer, context=prompt_ids)  # the text continues the prompt's
+    out.result = GenerationResult(output.text, output.token_ids, output.finish_reason, len(prompt_ids), timings,
+                                  output.logprobs, prompt_ids, output.stop_string, speculation)
 
 
 def generate(model, prompt, params: SamplingParams | None = None, *, stream: bool = False, constraint=None,
@@ -270,20 +228,12 @@ def generate(model, prompt, params: SamplingParams | None = None, *, stream: boo
 
     `lora`: the name of a LoRA adapter loaded on the model with `tinyinfer.lora.load_adapter`.
     """
-    chosen_by_default = params is None and overrides.get("max_tokens") is None
-    params = resolve_params(model, params, overrides)
     stream, add_special_tokens = check_flag("stream", stream), check_flag("add_special_tokens", add_special_tokens)
-    prompt_ids = encode_prompt(model, prompt, add_special_tokens)
-    room = model.config.max_seq_len - len(prompt_ids)
-    if chosen_by_default and room >= 1:  # the checkpoint's default length shrinks to the room left, as the server's does
-        params = replace(params, max_tokens=min(params.max_tokens, room))
-    check_fits(model, len(prompt_ids), params.max_tokens)
-    if params.stop and model.tokenizer is None:
-        raise TinyInferError("stop strings need the model's tokenizer to read the text: use stop_token_ids instead")
-    check_adapter(model, lora)
+    request = check_request(model, prompt, params, overrides, lora, constraint, add_special_tokens,
+                            fit_default_length=True)
+    params, prompt_ids, make_constraint = request.params, request.prompt_ids, request.make_constraint
     if draft is not None:
         check_draft(model, draft, constraint, lora, len(prompt_ids) + params.max_tokens, num_speculative_tokens)
-    make_constraint = constraint_maker(constraint, params.n)
     streams = [
         GenerationStream(model, prompt_ids, Sampler(params, prompt_ids, make_constraint(), rng, model.vocab_limit),
                          draft, num_speculative_tokens, lora)
@@ -295,6 +245,43 @@ def generate(model, prompt, params: SamplingParams | None = None, *, stream: boo
                 pass
     outputs = streams if stream else [s.result for s in streams]
     return outputs[0] if params.n == 1 else outputs
+
+
+@dataclass
+class CheckedRequest:
+    """A request that `check_request` accepted: its prompt's token ids, its sampling parameters, and a function
+    giving each of its n samples its constraint."""
+
+    prompt_ids: list[int]
+    params: SamplingParams
+    make_constraint: Callable
+
+
+def check_request(model, prompt, params: SamplingParams | None, overrides: dict, lora: str | None = None,
+                  constraint=None, add_special_tokens: bool = True, fit_default_length: bool = False) -> CheckedRequest:
+    """Everything `generate` and the engine (`LLM.add_request`, which the server's requests go through) refuse
+    before any work, in one place: bad sampling parameters, a prompt that is empty, not text or ids, or too long
+    for the context window with its max_tokens, stop strings without a tokenizer to read the text, an adapter the
+    model does not have, a constraint that is not one (or one object for n samples), and a constraint with
+    ignore_eos (once its grammar is complete only EOS is allowed, so nothing could follow).
+
+    `fit_default_length` (generate's): a max_tokens the request did not give (the checkpoint's default) shrinks
+    to the room the context window leaves, as the server's does."""
+    chosen_by_default = params is None and overrides.get("max_tokens") is None
+    params = resolve_params(model, params, overrides)
+    prompt_ids = encode_prompt(model, prompt, add_special_tokens)
+    room = model.config.max_seq_len - len(prompt_ids)
+    if fit_default_length and chosen_by_default and room >= 1:
+        params = replace(params, max_tokens=min(params.max_tokens, room))
+    check_fits(model, len(prompt_ids), params.max_tokens)
+    if params.stop and model.tokenizer is None:
+        raise TinyInferError("stop strings need the model's tokenizer to read the text: use stop_token_ids instead")
+    check_adapter(model, lora)
+    make_constraint = constraint_maker(constraint, params.n)
+    if constraint is not None and params.ignore_eos:  # past its EOS a grammar allows nothing: the step would fail
+        raise TinyInferError("ignore_eos with a constraint: a constrained output ends at EOS once its grammar is "
+                             "complete, so nothing can follow it: drop ignore_eos")
+    return CheckedRequest(prompt_ids, params, make_constraint)
 
 
 def constraint_maker(constraint, n: int):
@@ -320,3 +307,8 @@ def _checked_constraint(constraint):
 def greedy_tokens(model, prompt_ids: list[int], n: int) -> list[int]:
     """The next n greedy token ids, EOS ignored (for parity checks against other implementations)."""
     return generate(model, prompt_ids, max_tokens=n, temperature=0.0, ignore_eos=True).token_ids
+
+
+# `model.generate(prompt, ...)`: the loop above, as a method of every Model. It is attached here, not written in
+# tinyinfer/model.py, because generation builds on the model and the model knows nothing of generation.
+Model.generate = generate

@@ -9,13 +9,18 @@ for every new token. With it, a decode step projects one token and reads the cac
 
 `ContiguousKVCache` preallocates one slab per sequence slot for `max_len` tokens and writes new entries in
 place (no concatenation per step). The numbers are stored in the model's dtype, or with fewer bytes
-(`kv_cache_dtype`: float16 or int8, see tinyinfer/kv_quant.py). The interface is two methods, so a paged cache can replace it:
+(`kv_cache_dtype`: float16 or int8, see tinyinfer/kv_quant.py). The interface (`KVCache`) is two methods, so a paged cache can replace it:
 
     cache.write(layer, seq_id, start, k, v)   k, v: [n, n_kv_heads, hd] stored at positions start..start+n-1
     cache.read(layer, seq_id, end) -> (k, v)   each [n_kv_heads, end, hd]: positions 0..end-1
+
+and one fact, `reads_batches`: whether it also serves the one-token steps of many sequences at once
+(`decode_slots`, `write_batch`, `read_batch`: the paged cache of the serving engine, tinyinfer/engine/paged_cache.py).
 """
 
 from __future__ import annotations
+
+from typing import Protocol
 
 import numpy as np
 
@@ -24,8 +29,20 @@ from tinyinfer.errors import TinyInferError, is_integer_at_least
 from tinyinfer.kv_quant import check_kv_cache_dtype, kv_storage
 
 
+class KVCache(Protocol):
+    """What the model's forward pass asks of a cache (see the module docstring)."""
+
+    reads_batches: bool  # True: decode_slots, write_batch and read_batch serve many sequences' steps at once
+
+    def write(self, layer: int, seq_id: int, start: int, k, v) -> None: ...
+
+    def read(self, layer: int, seq_id: int, end: int) -> tuple: ...
+
+
 class ContiguousKVCache:
     """Slots 0..max_seqs-1, each holding up to max_len tokens of keys and values for every layer."""
+
+    reads_batches = False  # one sequence at a time (the loop of Model.attention_block)
 
     def __init__(self, config: Config, max_seqs: int = 1, max_len: int | None = None, dtype=np.float32, xp=np,
                  kv_cache_dtype: str = "auto"):

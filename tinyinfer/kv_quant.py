@@ -32,6 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 from tinyinfer.errors import TinyInferError
+from tinyinfer.quantize import quantize_groups
 
 KV_CACHE_DTYPES = ("auto", "float16", "int8")
 
@@ -69,8 +70,6 @@ def quantize_vectors(x):
     >>> codes.tolist(), (scales * 127).tolist()
     ([[64, -127, 32]], [[1.0]])
     """
-    from tinyinfer.quantize import quantize_groups  # noqa: PLC0415 - quantize.py builds on the model, which builds on caches
-
     flat = x.reshape(-1, x.shape[-1])  # [..., hd] -> [N, hd]
     codes, scales = quantize_groups(flat.T, bits=8, group_size=None)  # [hd, N] -> codes [hd, N], scales [1, N]
     return codes.T.reshape(x.shape), scales.T.reshape(*x.shape[:-1], 1)  # -> [..., hd], [..., 1]

@@ -15,9 +15,11 @@ base product, and the rows of each adapter add their own low-rank term, two thin
     x @ (W + s * (B @ A).T)  =  x @ W  +  s * (x @ A.T) @ B.T      (W stored [in, out], as tinyinfer stores it)
                                             [n, in] @ [in, r] -> [n, r] @ [r, out] -> [n, out]
 
-That is what this module does. `LoraWeight` stands wherever the model reads a targeted weight (`x @ w` calls
-its `__rmatmul__`, so the model code is unchanged), and `AdapterSet` knows, for the forward pass running now,
-which rows use which adapter: `Model.forward` hands it the chunks, each naming its sequence's adapter.
+That is what this module does. `LoraWeight` stands wherever the model reads a targeted weight: the base weight
+and every adapter's updates of it. A forward pass asks `AdapterSet.route` which of its rows use which adapter
+(each chunk names its sequence's adapter), and reads each layer through `AdapterSet.bind`, which puts the pass's
+routes beside each LoraWeight (`RoutedWeight`): `x @ w` calls its `__rmatmul__`, so the model code is unchanged,
+and no state is left behind on the model between passes.
 
     model = tinyinfer.load("path/to/base")
     load_adapter(model, "sql", "path/to/sql-adapter")          # any number of them, each under a name
@@ -59,20 +61,20 @@ class LoraUpdate:
 
 
 class AdapterSet:
-    """The adapters loaded on a model, and which rows of the running forward pass use which of them."""
+    """The adapters loaded on a model, by name; for each forward pass, which of its rows use which of them."""
 
     def __init__(self):
         self.names: list[str] = []
-        self.rows: list[tuple[str, np.ndarray]] = []  # (adapter, row indices) for the forward pass running now
 
-    def route(self, chunks, xp=np) -> None:
-        """Called by `Model.forward` with its chunks: the rows (tokens) of each chunk use its `adapter`. The row
-        indices go to the model's device (`xp`) once here, not in every layer's products.
+    def route(self, chunks, xp=np) -> list[tuple[str, object]]:
+        """A forward pass's routes, (adapter, row indices) for each adapter its chunks ask for: the rows (tokens)
+        of each chunk use its `adapter`. The row indices go to the model's device (`xp`) once here, not in every
+        layer's products.
 
         >>> from tinyinfer.model import SeqChunk
         >>> adapters = AdapterSet(); adapters.names = ["a", "b"]
-        >>> adapters.route([SeqChunk(0, 0, [5, 6], "b"), SeqChunk(1, 0, [7]), SeqChunk(2, 4, [8], "b")])
-        >>> [(name, rows.tolist()) for name, rows in adapters.rows]
+        >>> routes = adapters.route([SeqChunk(0, 0, [5, 6], "b"), SeqChunk(1, 0, [7]), SeqChunk(2, 4, [8], "b")])
+        >>> [(name, rows.tolist()) for name, rows in routes]
         [('b', [0, 1, 3])]
         """
         rows: dict[str, list[int]] = {}
@@ -82,7 +84,14 @@ class AdapterSet:
                 self.check(chunk.adapter)
                 rows.setdefault(chunk.adapter, []).extend(range(first, first + len(chunk.tokens)))
             first += len(chunk.tokens)
-        self.rows = [(name, xp.asarray(ids)) for name, ids in rows.items()]
+        return [(name, xp.asarray(ids)) for name, ids in rows.items()]
+
+    @staticmethod
+    def bind(params: dict, routes: list) -> dict:
+        """A layer's parameters as one forward pass reads them: each LoraWeight with the pass's `routes` beside
+        it (a shallow copy; the model's own parameters stay as they are)."""
+        return {key: RoutedWeight(value, routes) if isinstance(value, LoraWeight) else
+                AdapterSet.bind(value, routes) if isinstance(value, dict) else value for key, value in params.items()}
 
     def check(self, name: str) -> None:
         if name not in self.names:
@@ -97,21 +106,24 @@ def check_adapter(model, name: str | None) -> None:
 
 
 class LoraWeight:
-    """A base weight [in, out] and the LoRA updates of every loaded adapter. `x @ w` is x @ base, plus on the
-    rows routed to each adapter that adapter's low-rank updates."""
+    """A base weight [in, out] and the LoRA updates of every loaded adapter. Alone, `x @ w` is x @ base (no row
+    asked for an adapter); a forward pass reads it as a RoutedWeight."""
 
     __array_ufunc__ = None  # NumPy and CuPy: `x @ w` must not turn w into an array; it calls w.__rmatmul__(x)
     ndim = 2
 
-    def __init__(self, base, adapters: AdapterSet):
+    def __init__(self, base):
         self.base = base  # an array, or a QuantizedWeight
-        self.adapters = adapters
         self.updates: dict[str, list[LoraUpdate]] = {}  # adapter name -> its updates of this weight
         self.shape = tuple(base.shape)
 
     def __rmatmul__(self, x):
+        return x @ self.base  # [T, in] @ [in, out] -> [T, out]
+
+    def product(self, x, routes: list):
+        """x @ base for every row, plus on the rows routed to each adapter that adapter's low-rank updates."""
         y = x @ self.base  # [T, in] @ [in, out] -> [T, out]: the shared product, one for every row
-        for name, rows in self.adapters.rows:
+        for name, rows in routes:
             for update in self.updates.get(name, ()):
                 y[rows, update.columns] += lora_delta(x[rows], update)  # [n, width]
         return y
@@ -127,6 +139,19 @@ class LoraWeight:
     @property
     def dtype(self):
         return self.base.dtype
+
+
+class RoutedWeight:
+    """A LoraWeight as one forward pass reads it, with that pass's routes: `x @ w` is `weight.product(x, routes)`."""
+
+    __array_ufunc__ = None
+    ndim = 2
+
+    def __init__(self, weight: LoraWeight, routes: list):
+        self.weight, self.routes, self.shape = weight, routes, weight.shape
+
+    def __rmatmul__(self, x):
+        return self.weight.product(x, self.routes)  # [T, in] -> [T, out]
 
 
 def lora_delta(x, update: LoraUpdate):
@@ -376,5 +401,5 @@ def _lora_weight(model, place: tuple[int, tuple[str, ...]]) -> LoraWeight:
     for key in keys[:-1]:
         parent = parent[key]
     if not isinstance(parent[keys[-1]], LoraWeight):
-        parent[keys[-1]] = LoraWeight(parent[keys[-1]], model.adapters)
+        parent[keys[-1]] = LoraWeight(parent[keys[-1]])
     return parent[keys[-1]]

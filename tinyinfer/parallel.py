@@ -39,10 +39,11 @@ import dataclasses
 
 import numpy as np
 
-from tinyinfer.backend import to_device, to_numpy
+from tinyinfer.backend import is_array, to_device, to_numpy
 from tinyinfer.distributed import Communicator
 from tinyinfer.errors import TinyInferError
-from tinyinfer.model import Model, map_arrays
+from tinyinfer.model import Model
+from tinyinfer.param_tree import leaves, map_arrays
 from tinyinfer.weights import arrange_for_matvec
 
 
@@ -143,6 +144,7 @@ class TensorParallelModel(CountsTokens, Model):
     all-reduce after attention and after the feed-forward, and an all-gather of the logits."""
 
     split_experts = True  # every expert's hidden units over the ranks (ExpertParallelModel: whole experts)
+    computes_logits = True  # a pipeline stage before the last does not (tinyinfer/pipeline.py)
 
     def __init__(self, model: Model, comm: Communicator):
         n, d, cfg = comm.size, comm.rank, model.config
@@ -152,7 +154,7 @@ class TensorParallelModel(CountsTokens, Model):
         layers = [dict(shard_layer(layer, cfg, n, d), mlp=self.shard_feed_forward(layer["mlp"], cfg, n, d))
                   for layer in host["layers"]]
         params = dict(host, layers=layers, **shard_lm_head(host, cfg.vocab_size, n, d))
-        self.config, self.comm = shard_config(cfg, n, self.split_experts), comm
+        self.config, self.comm, self.layers = shard_config(cfg, n, self.split_experts), comm, range(cfg.n_layers)
         self.params = map_arrays(arrange_for_matvec(params, tied=False), lambda a: to_device(a, model.device))
 
     @staticmethod
@@ -174,11 +176,12 @@ class TensorParallelModel(CountsTokens, Model):
 
     def traffic_formula(self) -> dict[str, tuple[float, str]]:
         """What this rank hands each operation for the tokens and rows so far: op -> (bytes, the formula)."""
-        cfg, T, b = self.config, self.tokens, self.dtype.itemsize
+        cfg, T, b, L = self.config, self.tokens, self.dtype.itemsize, len(self.layers)
         vocab = -(-cfg.vocab_size // self.comm.size)
-        return {"all_reduce": (2 * cfg.n_layers * T * cfg.d_model * b,
-                               f"2 x {cfg.n_layers} layers x {T} tokens x d {cfg.d_model} x {b} B"),
-                "all_gather": (self.rows * vocab * b, f"{self.rows} rows x V/n {vocab} x {b} B")}
+        formula = {"all_reduce": (2 * L * T * cfg.d_model * b, f"2 x {L} layers x {T} tokens x d {cfg.d_model} x {b} B")}
+        if self.computes_logits:
+            formula["all_gather"] = (self.rows * vocab * b, f"{self.rows} rows x V/n {vocab} x {b} B")
+        return formula
 
 
 def check_splittable(model: Model, n: int, split_experts: bool = True) -> None:
@@ -191,9 +194,10 @@ def check_splittable(model: Model, n: int, split_experts: bool = True) -> None:
     if cfg.qk_norm and cfg.qk_norm_span == "full":
         raise TinyInferError("this model normalises q and k over all heads at once, which a split by heads cannot do "
                              "without more communication: run it with --tensor-parallel-size 1")
-    if model.quantization is not None or model.adapters is not None:
-        raise TinyInferError("split the plain model: quantisation and LoRA adapters are not supported with tensor "
-                             "parallelism")
+    if model.quantization is not None or model.adapters is not None or not all(map(is_array, leaves(model.params))):
+        raise TinyInferError("tensor parallelism splits plain weight arrays: quantised weights (--quantize, or a "
+                             "GGUF file's blocks) and LoRA adapters are not supported with it; load the model's "
+                             "Hugging Face folder, or use --pipeline-parallel-size")
     counts = [("num_key_value_heads", cfg.n_kv_heads), ("intermediate_size", cfg.d_ff)]
     if split_experts:
         counts += [("moe_intermediate_size", cfg.moe_d_ff), ("shared_expert_intermediate_size", cfg.shared_expert_d_ff)]

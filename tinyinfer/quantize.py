@@ -43,7 +43,7 @@ from tqdm import tqdm
 
 from tinyinfer.backend import xp_of
 from tinyinfer.errors import TinyInferError
-from tinyinfer.model import leaves
+from tinyinfer.param_tree import leaves
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,14 @@ REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 TRUTHY = {"1", "on", "yes", "true"}
 
 
+def resolve_path(model) -> Path:
+    """A local path for `model`: an existing path as is, anything else through `resolve_model`."""
+    path = Path(model).expanduser()
+    if path.exists() and str(model).strip():  # Path("") is the current folder: an empty name is refused below
+        return path
+    return resolve_model(str(model))
+
+
 def resolve_model(spec: str | os.PathLike | None = None) -> Path:
     """The local folder or file that `spec` names (default: the built-in `shakespeare`).
 

@@ -30,9 +30,9 @@ from tqdm import tqdm
 
 import tinyinfer
 from tinyinfer.commands import at_least
-from tinyinfer.quantize import weight_nbytes
 from tinyinfer.errors import TinyInferError
 from tinyinfer.memory import measure_read_bandwidth, param_count, resident_bytes
+from tinyinfer.quantize import weight_nbytes
 
 RANDOM_SHAPES = {  # name -> (transformers config class, its arguments)
     "gpt2-124m": ("GPT2Config", {}),

@@ -18,7 +18,7 @@ import time
 import numpy as np
 
 import tinyinfer
-from tinyinfer.bench.serve import Served, print_latency_table, serve_engine, workload_of
+from tinyinfer.bench.workload import Served, print_latency_table, serve_engine, workload_of
 from tinyinfer.commands.parallel_flags import rank_zero_output
 from tinyinfer.distributed import connect
 from tinyinfer.engine import LLM

@@ -23,50 +23,22 @@ runs on `--blas-threads` threads (1 by default) in every mode, set through threa
 from __future__ import annotations
 
 import time
-from collections import deque
-from dataclasses import dataclass
 
 import numpy as np
 from threadpoolctl import threadpool_limits
 from tqdm import tqdm
 
 import tinyinfer
+from tinyinfer.bench import step
+from tinyinfer.bench.disaggregated import run_disaggregated
+from tinyinfer.bench.prompts import random_prompt
+from tinyinfer.bench.workload import (Request, Served, percentile_ms, print_latency_table, serve_engine, sleep_until,
+                                      workload_of)
 from tinyinfer.engine import LLM
 from tinyinfer.commands import at_least, positive_number
 from tinyinfer.commands.generate import add_kv_cache_dtype_argument
 from tinyinfer.errors import TinyInferError
 from tinyinfer.sampling import Sampler, SamplingParams, sequence_rngs
-
-
-@dataclass
-class Request:
-    arrival: float  # seconds after the start of the run
-    prompt_ids: list[int]
-    params: SamplingParams
-
-
-@dataclass
-class Served:
-    """One mode's run: per-request token ids, TTFT and TPOT, and the wall and CPU time it took."""
-
-    name: str
-    token_ids: list[list[int]]
-    ttft_s: list[float]
-    tpot_s: list[float]
-    wall_s: float
-    cpu_s: float  # this process's CPU time: steadier than wall time on a machine shared with other work
-
-    @property
-    def tokens(self) -> int:
-        return sum(len(ids) for ids in self.token_ids)
-
-    @property
-    def throughput(self) -> float:
-        return self.tokens / self.wall_s
-
-    @property
-    def cpu_throughput(self) -> float:
-        return self.tokens / self.cpu_s
 
 
 def add_arguments(parser) -> None:
@@ -103,15 +75,8 @@ def run(args) -> int:
     one row) turn many times slower at random and the figures would measure the machine's load."""
     with threadpool_limits(limits=args.blas_threads, user_api="blas"):
         if args.disaggregated:
-            from tinyinfer.bench.disaggregated import run_disaggregated  # noqa: PLC0415 - it builds on this module
-
             return run_disaggregated(args)
         return serve_and_report(args, f"BLAS threads: {args.blas_threads} for every mode")
-
-
-def workload_of(args, model, rng) -> list[Request]:
-    return make_workload(model, rng, args.requests, args.rate, parse_range(args.prompt_len, "--prompt-len"),
-                         parse_range(args.output_len, "--output-len"), args.temperature)
 
 
 def serve_and_report(args, blas: str) -> int:
@@ -149,8 +114,6 @@ def serve_and_report(args, blas: str) -> int:
 def print_steady_state(model, workload: list[Request], concurrency: int) -> None:
     """What a full batch gains at most in the steady state (`tinyinfer bench step`, at the workload's mean
     context while decoding): the ceiling the whole run's ratio, which also pays prefills and a tail, stays under."""
-    from tinyinfer.bench import step  # noqa: PLC0415 - step builds its prompts with this module's random_prompt
-
     context, rows = round(np.mean([len(r.prompt_ids) + r.params.max_tokens / 2 for r in workload])), max(concurrency, 2)
     try:
         (parts, cpu), (alone, alone_cpu) = step.measure(model, rows, context, repeats=10)
@@ -230,42 +193,6 @@ def draw_margin(model, request: Request, want: list[int], got: list[int]) -> flo
     return float(abs(cdf[other - 1] - u if other > chosen else u - cdf[other]))
 
 
-def parse_range(text: str, flag: str) -> tuple[int, int]:
-    """"16:128" -> (16, 128)."""
-    try:
-        low, high = (int(part) for part in text.split(":"))
-    except ValueError:
-        raise TinyInferError(f"{flag} {text!r}: give MIN:MAX, e.g. 16:128") from None
-    if not 1 <= low <= high:
-        raise TinyInferError(f"{flag} {text!r}: need 1 <= MIN <= MAX")
-    return low, high
-
-
-def ordinary_tokens(model) -> np.ndarray:
-    """Token ids a random prompt may use: the vocabulary minus BOS and EOS."""
-    special = set(model.config.eos_token_ids) | {model.config.bos_token_id}
-    return np.array([i for i in range(model.config.vocab_size) if i not in special])
-
-
-def random_prompt(model, rng: np.random.Generator, n: int) -> list[int]:
-    bos = [] if model.config.bos_token_id is None else [model.config.bos_token_id]
-    return bos + rng.choice(ordinary_tokens(model), size=n - len(bos)).tolist()
-
-
-def make_workload(model, rng, n: int, rate: float, prompt_len, output_len, temperature: float) -> list[Request]:
-    arrivals = np.cumsum(rng.exponential(1 / rate, size=n))  # Poisson process: exponential gaps
-    limit = model.config.max_seq_len
-    requests = []
-    for i, arrival in enumerate(arrivals):
-        n_prompt = int(rng.integers(prompt_len[0], prompt_len[1] + 1))
-        max_tokens = min(int(rng.integers(output_len[0], output_len[1] + 1)), limit - n_prompt)
-        if max_tokens < 1:
-            raise TinyInferError(f"--prompt-len reaches {n_prompt} tokens, the context window is {limit}: lower it")
-        params = SamplingParams(temperature=temperature, max_tokens=max_tokens, seed=i)
-        requests.append(Request(float(arrival), random_prompt(model, rng, n_prompt), params))
-    return requests
-
-
 def serve_all_modes(model, workload: list[Request], engine: dict) -> list[tuple[Served, LLM | None]]:
     """One run of each mode: sequential, static batching, continuous batching (with the engine it used)."""
     static_llm, continuous_llm = LLM(model, static=True, **engine), LLM(model, **engine)
@@ -279,7 +206,7 @@ def serve_sequential(model, workload: list[Request]) -> Served:
     out = Served("sequential", [], [], [], 0.0, 0.0)
     start, cpu_start = time.perf_counter(), time.process_time()
     for request in tqdm(workload, desc="sequential", leave=False, disable=None):
-        _sleep_until(start + request.arrival)
+        sleep_until(start + request.arrival)
         began = time.perf_counter()
         result = model.generate(request.prompt_ids, request.params)
         out.token_ids.append(result.token_ids)
@@ -287,45 +214,6 @@ def serve_sequential(model, workload: list[Request]) -> Served:
         out.tpot_s.append(result.timings.tpot_s)
     out.wall_s, out.cpu_s = time.perf_counter() - start, time.process_time() - cpu_start
     return out
-
-
-def serve_engine(llm: LLM, workload: list[Request], name: str) -> Served:
-    """Feed the requests to the engine as they arrive; step it while it has work."""
-    pending, finished = deque(enumerate(workload)), {}
-    start, cpu_start = time.perf_counter(), time.process_time()
-    with tqdm(total=len(workload), desc=name, leave=False, disable=None) as bar:
-        while pending or llm.has_unfinished():
-            while pending and start + pending[0][1].arrival <= time.perf_counter():
-                i, request = pending.popleft()
-                llm.add_request(request.prompt_ids, request.params, request_id=str(i), arrival=start + request.arrival)
-            if not llm.has_unfinished():
-                _sleep_until(start + pending[0][1].arrival)
-                continue
-            for out in llm.step():
-                if out.finished:
-                    finished[int(out.request_id)] = out
-                    bar.update(1)
-    wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
-    results = [finished[i] for i in range(len(workload))]
-    return Served(name, [r.token_ids for r in results], [r.metrics.ttft_s for r in results],
-                  [r.metrics.tpot_s for r in results], wall, cpu)
-
-
-def _sleep_until(moment: float) -> None:
-    time.sleep(max(0.0, moment - time.perf_counter()))
-
-
-def _ms(values: list[float], q: float) -> float:
-    return 1000 * float(np.percentile(values, q)) if values else float("nan")
-
-
-def print_latency_table(runs: list[Served]) -> None:
-    print(f"\n{'mode':<22}{'tokens':>8}{'wall s':>9}{'tok/s':>9}{'CPU s':>8}{'TTFT p50':>10}{'p99':>9}"
-          f"{'TPOT p50':>10}{'p99':>9}  (ms)")
-    for r in runs:
-        tpot = [t for t, ids in zip(r.tpot_s, r.token_ids) if len(ids) >= 2]
-        print(f"{r.name:<22}{r.tokens:>8}{r.wall_s:>9.2f}{r.throughput:>9.1f}{r.cpu_s:>8.2f}{_ms(r.ttft_s, 50):>10.1f}"
-              f"{_ms(r.ttft_s, 99):>9.1f}{_ms(tpot, 50):>10.2f}{_ms(tpot, 99):>9.2f}")
 
 
 def print_memory(llm: LLM, model) -> None:
@@ -369,7 +257,7 @@ def print_prefix_caching(model, rng, args, engine: dict) -> None:
     on, off = runs[True], runs[False]
     same = "yes" if on.token_ids == off.token_ids else "NO"
     print(f"\nshared prefix of {prefix_len} tokens + {suffix[0]}-{suffix[1]} own tokens, {args.prefix_requests} "
-          f"requests one after another: TTFT p50 {_ms(off.ttft_s, 50):.1f} ms without prefix caching, "
-          f"{_ms(on.ttft_s, 50):.1f} ms with it: {_ms(off.ttft_s, 50) / _ms(on.ttft_s, 50):.1f}x faster "
+          f"requests one after another: TTFT p50 {percentile_ms(off.ttft_s, 50):.1f} ms without prefix caching, "
+          f"{percentile_ms(on.ttft_s, 50):.1f} ms with it: {percentile_ms(off.ttft_s, 50) / percentile_ms(on.ttft_s, 50):.1f}x faster "
           f"(mean {np.mean(off.ttft_s) / np.mean(on.ttft_s):.1f}x, the first request fills the cache); "
           f"same tokens: {same}")

@@ -40,11 +40,12 @@ from threadpoolctl import threadpool_limits
 
 import tinyinfer
 from tinyinfer.backend import synchronize
-from tinyinfer.bench.serve import random_prompt
+from tinyinfer.bench.prompts import random_prompt
 from tinyinfer.commands import at_least
 from tinyinfer.engine import LLM
 from tinyinfer.errors import TinyInferError
-from tinyinfer.model import SeqChunk, leaves
+from tinyinfer.model import SeqChunk
+from tinyinfer.param_tree import leaves
 from tinyinfer.sampling import Sampler, SamplingParams, sample_batch
 
 

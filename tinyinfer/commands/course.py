@@ -3,7 +3,12 @@
     python -m tinyinfer course list
     python -m tinyinfer course start ~/my-course --chapter 3      # or --only 3.1 3.2; all when neither
     python -m tinyinfer course check 3.1 --workspace ~/my-course  # ids or chapters; the stubbed ones by default
+    python -m tinyinfer course hint 3.1 --level 2                 # a hint; the last nearly gives it away
+    python -m tinyinfer course answer 5.q1 131072                 # check a chapter question's answer
+    python -m tinyinfer course figures                            # the notebooks' plots and the diagrams, as images
+    python -m tinyinfer course book site/                         # the chapters and executed notebooks as HTML
     python -m tinyinfer course verify                             # reference passes, every stub is caught
+    python -m tinyinfer course prerequisites                      # measure what each exercise needs, store it
 """
 
 from __future__ import annotations
@@ -13,8 +18,10 @@ from pathlib import Path
 
 from tinyinfer.commands import at_least
 from tinyinfer.course.exercises import chapter_file, find_exercises, select_exercises, split_selection
-from tinyinfer.course.grading import grade_workspace
-from tinyinfer.course.verify import table, verify_exercises
+from tinyinfer.course.grading import grade_alone
+from tinyinfer.course.exercises import PREREQUISITES
+from tinyinfer.course.study import TOLERANCE, all_questions, hint, is_right, parse_value, question
+from tinyinfer.course.verify import prerequisites, reference_checks, table, verify_exercises, write_prerequisites
 from tinyinfer.course.workspace import project_root, read_state, start_workspace
 from tinyinfer.errors import TinyInferError
 
@@ -38,6 +45,28 @@ def add_arguments(parser) -> None:
     verify = sub.add_parser("verify", help="prove the grading: the reference passes, each stubbed exercise fails")
     verify.add_argument("--jobs", type=at_least(1), default=2, help="stubbed workspaces graded at once (default 2)")
     verify.set_defaults(run=run_verify)
+
+    hint = sub.add_parser("hint", help="print a hint for an exercise (the chapter holds them, folded)")
+    hint.add_argument("id", metavar="ID", help="exercise id, e.g. 3.1")
+    hint.add_argument("--level", type=at_least(1), default=1, help="which hint: 1 is gentle, the last nearly gives it away")
+    hint.set_defaults(run=run_hint)
+
+    answer = sub.add_parser("answer", help="print a chapter's question, or check your answer to it")
+    answer.add_argument("id", metavar="QUESTION", help="question id, e.g. 5.q1 (`course answer` alone lists them)", nargs="?")
+    answer.add_argument("value", nargs="?", help="your answer, a number; leave it out to see the question")
+    answer.set_defaults(run=run_answer)
+
+    figures = sub.add_parser("figures", help="run the notebooks and draw the diagrams into chapters/images/")
+    figures.add_argument("notebooks", nargs="*", type=Path, help="only these notebooks (default: all, and the diagrams)")
+    figures.set_defaults(run=run_figures)
+
+    book = sub.add_parser("book", help="build one HTML site of the chapters and the executed notebooks")
+    book.add_argument("out", type=Path, help="directory for the site (open OUT/index.html)")
+    book.add_argument("--no-execute", action="store_true", help="show the notebooks as stored, without running them")
+    book.set_defaults(run=run_book)
+
+    prerequisites = sub.add_parser("prerequisites", help="measure which exercises each exercise's tests run, and store it")
+    prerequisites.set_defaults(run=run_prerequisites)
 
 
 def run(args) -> int:  # replaced by the chosen action's run through set_defaults
@@ -68,7 +97,7 @@ def run_check(args) -> int:
     if not args.ids:  # what was stubbed at start, or everything when nothing was
         ids = read_state(args.workspace)["stubbed"] or [e.id for e in exercises]
     chosen = select_exercises(exercises, ids, chapters)
-    grade = grade_workspace(args.workspace, chosen, echo=not args.quiet)
+    grade = grade_alone(args.workspace, chosen, project_root(), echo=not args.quiet)
     print(grade.table())
     return 0 if grade.all_passed else 1
 
@@ -84,3 +113,60 @@ def run_verify(args) -> int:
     for problem in problems:
         print(f"problem: {problem}")
     return 1 if problems else 0
+
+
+def run_hint(args) -> int:
+    text, count = hint(project_root(), args.id, args.level)
+    print(f"Hint {args.level} of {count} for exercise {args.id}:\n\n{text}")
+    if args.level < count:
+        print(f"\nStill stuck? python -m tinyinfer course hint {args.id} --level {args.level + 1}")
+    return 0
+
+
+def run_answer(args) -> int:
+    root = project_root()
+    if args.id is None:
+        for q in all_questions(root).values():
+            print(f"{q.id:<7} {' '.join(q.text.split())[:100]}")
+        return 0
+    q = question(root, args.id)
+    if args.value is None:
+        print(f"Question {q.id}. {q.text}\n\nAnswer with: python -m tinyinfer course answer {q.id} NUMBER")
+        return 0
+    if not is_right(q, parse_value(args.value)):
+        print(f"{args.value} is not the answer to {q.id} (within {TOLERANCE:.0%}): reread the question, or see its worked answer in the chapter")
+        return 1
+    print(f"Right: {q.id} is {q.answer:g}.\n\n{q.worked}")
+    return 0
+
+
+def run_figures(args) -> int:
+    from tinyinfer.course.figures import render  # needs matplotlib and nbclient, development dependencies
+
+    root = project_root()
+    notebooks = args.notebooks or sorted((root / "notebooks").glob("*.ipynb"))
+    missing = [str(p) for p in notebooks if not Path(p).is_file()]
+    if missing:
+        raise TinyInferError(f"no notebook {', '.join(missing)}: give paths like notebooks/05-generation-kv-cache.ipynb")
+    count = render(root, [Path(p).resolve() for p in notebooks], diagrams=not args.notebooks)
+    print(f"wrote {count} image(s) to {root / 'chapters' / 'images'}")
+    return 0
+
+
+def run_book(args) -> int:
+    from tinyinfer.course.book import build
+
+    index = build(project_root(), args.out, execute=not args.no_execute)
+    print(f"wrote the book: open {index.resolve()}")
+    return 0
+
+
+def run_prerequisites(args) -> int:
+    with tempfile.TemporaryDirectory(prefix="tinyinfer-prerequisites-") as workdir:
+        checks = reference_checks(project_root(), Path(workdir))
+    failing = [c.reference.exercise.id for c in checks if not c.reference.passed]
+    if failing:
+        raise TinyInferError(f"the reference of exercise(s) {', '.join(failing)} fails its tests: fix that before measuring prerequisites")
+    write_prerequisites(prerequisites(checks))
+    print(f"wrote the prerequisites of {len(checks)} exercises to {PREREQUISITES}")
+    return 0

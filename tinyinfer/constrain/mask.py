@@ -132,9 +132,7 @@ class TokenMasker:
         """For each of the 256 bytes: the next parser state (DEAD if none) and whether it is escaped."""
         table = self._tables.get(state)
         if table is None:
-            following = np.full(256, DEAD, dtype=np.int64)  # [256]
-            for byte in self.parser.next_bytes(state):
-                following[byte] = self.parser.step(state, byte)
+            following = np.array(self.parser.step_all(state), dtype=np.int64)  # [256]
             escaped = np.array([s != DEAD and self.parser.escaped(s) for s in following.tolist()])  # [256]
             table = self._tables[state] = (following, escaped)
         return table
@@ -153,9 +151,7 @@ class TokenMasker:
             parents = np.repeat(states, counts)  # [E] parser state before each edge
             following = np.full(edges.size, DEAD, dtype=np.int64)  # [E]
             escaped = np.zeros(edges.size, dtype=bool)  # [E]
-            order = np.argsort(parents, kind="stable")  # group the edges by parser state
-            distinct, first = np.unique(parents[order], return_index=True)
-            for state, group in zip(distinct.tolist(), np.split(order, first[1:])):
+            for state, group in _groups(parents):
                 table, table_escaped = self._transitions(state)
                 following[group] = table[trie.child_byte[edges[group]]]
                 escaped[group] = table_escaped[trie.child_byte[edges[group]]]
@@ -167,6 +163,16 @@ class TokenMasker:
             allowed.append(nodes)
         return np.concatenate(allowed) if allowed else np.zeros(0, dtype=np.int64)
         # END EXERCISE 8.2
+
+
+def _groups(states: np.ndarray):
+    """(state, positions of `states` holding it) for each distinct state: the edges of one trie level grouped
+    by the parser state they leave from. Often a level has one state (the inside of a string): no sorting."""
+    if states.size and states.min() == states.max():
+        return [(int(states[0]), slice(None))]
+    order = np.argsort(states, kind="stable")
+    distinct, first = np.unique(states[order], return_index=True)
+    return zip(distinct.tolist(), np.split(order, first[1:]))
 
 
 class Constraint:

@@ -17,6 +17,7 @@ region, or an id used twice is an error that names the file and line, never sile
 from __future__ import annotations
 
 import io
+import json
 import re
 import tokenize
 from dataclasses import dataclass
@@ -28,6 +29,9 @@ PACKAGE = "tinyinfer"
 BEGIN = re.compile(r"# BEGIN EXERCISE (\d+\.\d+): (\S.*?)\s*$")
 END = re.compile(r"# END EXERCISE (\d+\.\d+)\s*$")
 LOOKS_LIKE_MARKER = re.compile(r"#\s*(BEGIN|END)\s*EXERCISE", re.IGNORECASE)
+# Exercise id -> the other exercises its tests run (and so a stub of which fails them), as measured by
+# `python -m tinyinfer course prerequisites`; tests/test_course.py checks it is current.
+PREREQUISITES = Path(__file__).with_name("prerequisites.json")
 FORMAT_HINT = "write `# BEGIN EXERCISE N.M: title` ... `# END EXERCISE N.M` on their own lines, at the same indentation"
 
 
@@ -156,3 +160,8 @@ def chapter_file(root: Path, chapter: int) -> str:
     """The chapter text an exercise points to, e.g. "chapters/03-attention.md", relative to the root."""
     matches = sorted((Path(root) / "chapters").glob(f"{chapter:02d}-*.md"))
     return f"chapters/{matches[0].name}" if matches else f"chapters/{chapter:02d}-*.md"
+
+
+def stored_prerequisites() -> dict[str, list[str]]:
+    """What PREREQUISITES holds; empty when it was never measured."""
+    return json.loads(PREREQUISITES.read_text(encoding="utf-8")) if PREREQUISITES.is_file() else {}

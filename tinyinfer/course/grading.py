@@ -7,6 +7,12 @@ outcome to a JSON report, which also says where `tinyinfer` was imported from; a
 copy is an error, never a grade.
 
 An exercise passes when at least one of its tests ran and passed and none failed.
+
+`course check` grades each exercise *alone* (`grade_alone`): in a private copy of the workspace where
+every other exercise holds the reference solution, so a correct 5.2 passes even while 4.1 is still a stub,
+and a wrong 4.1 cannot fail 5.2. Exercises graded together keep the student's code for all of them; one
+whose failing tests entered another failing exercise's region (the copy is probed, see probe.py) is graded
+again with that one's reference in place. What each exercise's tests ran is its list of prerequisites.
 """
 
 from __future__ import annotations
@@ -14,14 +20,16 @@ from __future__ import annotations
 import json
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tinyinfer.course.exercises import Exercise
-from tinyinfer.course.workspace import SHARED_DATA_ENV, read_state
+from tinyinfer.course.exercises import Exercise, find_exercises, parse_id
+from tinyinfer.course.probe import probe_line
+from tinyinfer.course.workspace import COPIED, NOT_COPIED, SHARED_DATA_ENV, STATE_FILE, read_state
 from tinyinfer.errors import TinyInferError
 
 # Where the pytest plugin (pytest_plugin.py) writes the outcomes for the grader. Defined here, not there, so
@@ -33,6 +41,8 @@ REPORT_ENV = "TINYINFER_EXERCISE_REPORT"
 class ExerciseResult:
     exercise: Exercise
     outcomes: dict[str, str] = field(default_factory=dict)  # test nodeid -> passed/failed/skipped/not run
+    ran: set[str] = field(default_factory=set)  # the other exercises whose regions its tests entered
+    unwritten: set[str] = field(default_factory=set)  # those of `ran` still a stub in the workspace
 
     def count(self, outcome: str) -> int:
         return sum(o == outcome for o in self.outcomes.values())
@@ -62,12 +72,17 @@ class Grade:
 
     def table(self) -> str:
         width = max([len(r.exercise.title) for r in self.results] + [5])
-        lines = [f"{'exercise':<9} {'title':<{width}}  result", f"{'-' * 9} {'-' * width}  {'-' * 20}"]
+        lines = [f"{'exercise':<9} {'title':<{width}}  {'result':<30} needs", f"{'-' * 9} {'-' * width}  {'-' * 30} {'-' * 5}"]
         for r in self.results:
-            lines.append(f"{r.exercise.id:<9} {r.exercise.title:<{width}}  {r.verdict} ({r.count('passed')}/{len(r.outcomes)} tests passed)")
+            result = f"{r.verdict} ({r.count('passed')}/{len(r.outcomes)} tests passed)"
+            needs = " ".join(i + ("°" if i in r.unwritten else "") for i in sorted(r.ran, key=parse_id)) or "-"
+            lines.append(f"{r.exercise.id:<9} {r.exercise.title:<{width}}  {result:<30} {needs}")
+        if any(r.unwritten for r in self.results):
+            lines.append("° not written in this workspace yet: graded with the reference solution in its place")
         score = sum(r.passed for r in self.results)
         lines.append(f"score: {score}/{len(self.results)} exercises passed")
         return "\n".join(lines)
+
 
 
 def run_exercise_tests(workspace: Path, ids: list[str], targets: list[str] | None = None, echo: bool = False,
@@ -124,4 +139,87 @@ def grade_workspace(workspace: Path, exercises: list[Exercise], targets: list[st
         for exercise_id in test["exercises"]:
             if exercise_id in results:
                 results[exercise_id].outcomes[nodeid] = test["outcome"]
+                results[exercise_id].ran |= set(test.get("ran", [])) - {exercise_id}
     return Grade(list(results.values()), output, report["exitstatus"])
+
+
+# --- grading one exercise at a time ----------------------------------------------------------------------
+
+
+def region_body(root: Path, exercise: Exercise) -> list[str]:
+    """The lines between an exercise's two markers, without the region's indentation."""
+    lines = (Path(root) / exercise.path).read_text(encoding="utf-8").splitlines()
+    return [line[len(exercise.indent):] if line.startswith(exercise.indent) else line for line in lines[exercise.begin : exercise.end - 1]]
+
+
+def is_unwritten(root: Path, exercise: Exercise) -> bool:
+    """Whether the region still holds only the stub that `course start` wrote."""
+    body = [line for line in region_body(root, exercise) if line.strip()]
+    return len(body) == 1 and body[0].startswith(f'raise NotImplementedError("Exercise {exercise.id}:')
+
+
+def reference_bodies(reference_root: Path, exercises: list[Exercise]) -> dict[str, list[str]]:
+    """Each exercise's reference lines, from the project the grader runs from."""
+    reference = {e.id: e for e in find_exercises(reference_root)}
+    missing = [e.id for e in exercises if e.id not in reference]
+    if missing:
+        raise TinyInferError(f"exercise(s) {', '.join(missing)} of the workspace are not marked in {reference_root}: "
+                             "grade with the tinyinfer the workspace was started from")
+    return {e.id: region_body(reference_root, reference[e.id]) for e in exercises}
+
+
+def isolated_copy(workspace: Path, dest: Path, own: set[str], references: dict[str, list[str]]) -> Path:
+    """Copy `workspace` to `dest`, every exercise not in `own` holding its reference, every region probed."""
+    for name in COPIED + (STATE_FILE,):
+        source = Path(workspace) / name
+        if source.is_dir():
+            shutil.copytree(source, dest / name, ignore=NOT_COPIED)
+        elif source.is_file():
+            shutil.copy2(source, dest / name)
+    by_file: dict[Path, list[Exercise]] = {}
+    for exercise in find_exercises(workspace):
+        by_file.setdefault(exercise.path, []).append(exercise)
+    for path, exercises in by_file.items():
+        lines = (dest / path).read_text(encoding="utf-8").splitlines()
+        for e in sorted(exercises, key=lambda e: e.begin, reverse=True):  # bottom up keeps line numbers valid
+            if e.id not in own:
+                lines[e.begin : e.end - 1] = [e.indent + line if line.strip() else line for line in references[e.id]]
+            lines[e.begin - 1] = probe_line(e.id, e.indent, lines[e.begin - 1])
+        (dest / path).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return dest
+
+
+def grade_isolated(workspace: Path, exercises: list[Exercise], references: dict[str, list[str]], echo: bool = False) -> Grade:
+    """One grading run of `exercises` (the student's code) in a probed copy where all others hold the reference."""
+    with tempfile.TemporaryDirectory(prefix="tinyinfer-grade-") as tmp:
+        copy = isolated_copy(workspace, Path(tmp), {e.id for e in exercises}, references)
+        return grade_workspace(copy, exercises, echo=echo)
+
+
+def grade_alone(workspace: Path, exercises: list[Exercise], reference_root: Path, echo: bool = False) -> Grade:
+    """Grade each of `exercises` as if every other exercise of the workspace were solved (see the top)."""
+    workspace = Path(workspace).resolve()
+    everything = find_exercises(workspace)
+    references = reference_bodies(reference_root, everything)
+    unwritten = {e.id for e in everything if is_unwritten(workspace, e)}
+    final: dict[str, ExerciseResult] = {}
+    pending, outputs, status = list(exercises), [], 0
+    while pending:
+        if echo:
+            print(f"-- grading {' '.join(e.id for e in pending)} with the reference solution of every other exercise", flush=True)
+        grade = grade_isolated(workspace, pending, references, echo)
+        outputs.append(grade.output)
+        status = max(status, grade.exitstatus)
+        failing = {r.exercise.id for r in grade.results if not r.passed}
+        retry = [r for r in grade.results if r.exercise.id in failing and r.exercise.id not in unwritten
+                 and r.ran & (failing - {r.exercise.id})]  # it may have failed in another one's code
+        final.update({r.exercise.id: r for r in grade.results if r not in retry})
+        if retry and len(retry) == len(pending):  # each waits on another: grade them one at a time
+            for r in retry:
+                final[r.exercise.id] = grade_isolated(workspace, [r.exercise], references, echo).results[0]
+            retry = []
+        pending = [r.exercise for r in retry]
+    results = [final[e.id] for e in exercises]
+    for r in results:
+        r.unwritten = r.ran & unwritten
+    return Grade(results, "".join(outputs), status)

@@ -17,6 +17,7 @@ import sys
 
 import pytest
 
+from tinyinfer.course import probe
 from tinyinfer.course.grading import REPORT_ENV
 ID_OR_CHAPTER = re.compile(r"\d+(\.\d+)?")
 
@@ -62,7 +63,16 @@ class OutcomeRecorder:
     def pytest_collection_modifyitems(self, items) -> None:
         for item in items:
             if exercise_ids(item):
-                self.tests[item.nodeid] = {"exercises": exercise_ids(item), "outcome": "not run"}
+                self.tests[item.nodeid] = {"exercises": exercise_ids(item), "outcome": "not run", "ran": []}
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(self, item):
+        """Collect the exercise regions the test enters (only a grader's probed copy reports any)."""
+        probe.start()
+        yield
+        ran = probe.stop()
+        if item.nodeid in self.tests:
+            self.tests[item.nodeid]["ran"] = sorted(ran)
 
     def pytest_runtest_logreport(self, report) -> None:
         entry = self.tests.get(report.nodeid)

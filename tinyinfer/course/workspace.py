@@ -18,7 +18,7 @@ import shutil
 from pathlib import Path
 
 import tinyinfer
-from tinyinfer.course.exercises import Exercise, chapter_file
+from tinyinfer.course.exercises import Exercise, chapter_file, stored_prerequisites
 from tinyinfer.errors import TinyInferError
 
 COPIED = ("tinyinfer", "tests", "weights_scripts", "chapters", "notebooks", "pyproject.toml")
@@ -93,7 +93,9 @@ def read_state(workspace: Path) -> dict:
 
 
 def readme(chosen: list[Exercise], root: Path, workspace: Path) -> str:
-    rows = "\n".join(f"| {e.id} | {e.title} | `{e.path}` line {e.begin} | {chapter_file(root, e.chapter)} |" for e in chosen)
+    needs = stored_prerequisites()
+    rows = "\n".join(f"| {e.id} | {e.title} | `{e.path}` line {e.begin} | {chapter_file(root, e.chapter)} | {', '.join(needs.get(e.id, [])) or '-'} |"
+                     for e in chosen)
     return f"""# Your tinyinfer workspace
 
 This folder is a copy of tinyinfer in which {len(chosen)} exercise(s) are left for you to write. Each one is
@@ -101,9 +103,14 @@ a function body between two comments, `# BEGIN EXERCISE N.M: title` and `# END E
 only raises `NotImplementedError`. Read the chapter it names, replace the `raise` line with your code, and
 keep the two marker comments.
 
-| exercise | title | where | read |
-|---|---|---|---|
+| exercise | title | where | read | needs |
+|---|---|---|---|---|
 {rows}
+
+"needs" lists the exercises whose code the tests of an exercise also run. You can still do them in any
+order: `course check N` grades N with the reference solution of every other exercise in place, so 5.2 can
+pass while 4.1 is a stub, and a mistake in 4.1 cannot fail 5.2. When you grade several at once, each keeps
+your code; one that fails inside another failing exercise is graded again with that one's reference.
 
 Grade your work (the tests run against the code here, not the installed tinyinfer). Run it from outside
 this folder, so that the grader itself is the installed tinyinfer and starts even if your code does not:
@@ -111,6 +118,7 @@ this folder, so that the grader itself is the installed tinyinfer and starts eve
     python -m tinyinfer course check --workspace {workspace}          # every exercise of this workspace
     python -m tinyinfer course check 3.1 --workspace {workspace}      # one exercise (or `3` for all of chapter 3)
 
-The table it prints says which exercises pass; the pytest output above it shows why a test failed.
+The table it prints says which exercises pass and what each needs; the pytest output above it shows why a
+test failed. Stuck? `python -m tinyinfer course hint 3.1` prints a hint, one more each time you ask.
 Start again from scratch with `python -m tinyinfer course start NEW_DIR`.
 """

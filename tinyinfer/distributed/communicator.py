@@ -150,6 +150,14 @@ class Communicator:
         self.stats.add("all_to_all", sum(p.nbytes for j, p in enumerate(parts) if j != self.rank))
         return self._all_to_all(parts)
 
+    def split(self, color: int, key: int) -> Communicator:
+        """The ranks that give the same `color`, numbered in the order of their `key`s: a communicator of their
+        own (a pipeline stage's tensor-parallel group, say). Every rank must call it. It counts into the same
+        `stats` as this one."""
+        group = self._split(color, key)
+        group.stats, group.timeout_s = self.stats, self.timeout_s
+        return group
+
     def barrier(self) -> None:
         self._all_reduce(np.zeros(1, dtype=np.int64))
 
@@ -180,6 +188,9 @@ class Communicator:
     def _all_to_all(self, parts):
         raise NotImplementedError
 
+    def _split(self, color, key):
+        raise TinyInferError(f"the {self.name} communicator cannot be split into groups: use MPI")
+
 
 class SingleProcess(Communicator):
     """One rank: every collective is the identity, and there is nobody to send to."""
@@ -197,6 +208,9 @@ class SingleProcess(Communicator):
 
     def _all_to_all(self, parts):
         return list(parts)
+
+    def _split(self, color, key):
+        return SingleProcess()
 
     def _send(self, *args):
         raise TinyInferError("a single process has no other rank to send to or receive from")

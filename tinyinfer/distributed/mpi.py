@@ -61,6 +61,9 @@ class MPICommunicator(Communicator):
         self._wait(self.comm.Irecv(buffer, source=source), f"recv from rank {source}")
         return buffer
 
+    def _split(self, color, key):
+        return MPICommunicator(self.timeout_s, self.comm.Split(color, key))
+
     def _all_to_all(self, parts):
         """Two exchanges: the row counts (so each rank can size what it receives), then the rows, as bytes."""
         host = [np.ascontiguousarray(to_numpy(p)) for p in parts]

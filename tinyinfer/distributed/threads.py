@@ -74,6 +74,14 @@ class ThreadCommunicator(Communicator):
     def _all_to_all(self, parts):
         return [sent[self.rank] for sent in self._meet(list(parts), "all_to_all")]
 
+    def _split(self, color, key):
+        """Every rank's (color, key) meet; the first rank of each color makes the group its members share."""
+        wanted = self._meet((color, key, self.rank), "split")
+        members = sorted((k, r) for c, k, r in wanted if c == color)  # [(key, rank)] of this color, in key order
+        group = ThreadGroup(len(members), self.timeout_s) if members[0][1] == self.rank else None
+        groups = self._meet(group, "split")
+        return ThreadCommunicator(groups[members[0][1]], [r for _, r in members].index(self.rank))
+
     def _send(self, x, dest):
         self.group.queues[self.rank, dest].put(x.copy())
 

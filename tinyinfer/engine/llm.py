@@ -37,11 +37,10 @@ from tinyinfer.engine.paged_cache import PagedKVCache
 from tinyinfer.engine.scheduler import Scheduler, SchedulerConfig
 from tinyinfer.engine.sequence import RequestMetrics, Sequence, Status
 from tinyinfer.errors import TinyInferError, is_integer_at_least
-from tinyinfer.generation import check_fits, constraint_maker, encode_prompt, resolve_params, stop_ids
+from tinyinfer.generation import check_request, stop_ids
 from tinyinfer.loading import load
-from tinyinfer.lora import check_adapter
+from tinyinfer.output import OutputProcessor
 from tinyinfer.sampling import Sampler, SamplingParams, TokenChoice, sample_batch, sequence_rngs
-from tinyinfer.stopping import StopMatcher
 
 
 DEFAULT_TOKENS_PER_SEQ = 2048  # sizes the default pool: long-context models would otherwise ask for GBs
@@ -146,19 +145,11 @@ class LLM:
         exactly as `model.generate` does, so each equals its solo run. `arrival` (a time.perf_counter value)
         backdates the request for TTFT, when the caller simulates arrivals.
         """
-        params = resolve_params(self.model, params, overrides)
-        prompt_ids = encode_prompt(self.model, prompt)
-        check_fits(self.model, len(prompt_ids), params.max_tokens)
+        request = check_request(self.model, prompt, params, overrides, lora, constraint)  # as model.generate
+        params, prompt_ids = request.params, request.prompt_ids
         self._check_fits_pool(len(prompt_ids), params.max_tokens)
-        check_adapter(self.model, lora)
         if cache_salt is not None and not (isinstance(cache_salt, str) and cache_salt):
             raise TinyInferError(f"cache_salt={cache_salt!r:.40}: give a non-empty string, or None to share the cache")
-        if params.stop and self.model.tokenizer is None:
-            raise TinyInferError("stop strings need the model's tokenizer to read the text: use stop_token_ids instead")
-        make_constraint = constraint_maker(constraint, params.n)
-        if constraint is not None and params.ignore_eos:  # past its EOS a grammar allows nothing: the step would fail
-            raise TinyInferError("ignore_eos with a constraint: a constrained output ends at EOS once its grammar is "
-                                 "complete, so nothing can follow it: drop ignore_eos")
         request_id = self._free_request_id() if request_id is None else str(request_id)
         if request_id in self.requests:
             raise TinyInferError(f"request id {request_id!r} is already in use: give each request its own id")
@@ -166,7 +157,7 @@ class LLM:
                                     or not math.isfinite(arrival)):
             raise TinyInferError(f"arrival={arrival!r}: give a time.perf_counter() value, or None for now")
         arrival = time.perf_counter() if arrival is None else arrival
-        samples = [self._new_sequence(request_id, i, prompt_ids, params, rng, arrival, lora, make_constraint())
+        samples = [self._new_sequence(request_id, i, prompt_ids, params, rng, arrival, lora, request.make_constraint())
                    for i, rng in enumerate(sequence_rngs(params.seed, params.n))]
         for seq in samples:
             seq.cache_salt = cache_salt
@@ -265,51 +256,38 @@ class LLM:
     def _new_sequence(self, request_id: str, index: int, prompt_ids: list[int], params: SamplingParams, rng,
                       arrival: float, lora: str | None, constraint=None) -> Sequence:
         sampler = Sampler(params, prompt_ids, constraint, rng, self.model.vocab_limit)  # the grammar state lives here
-        seq = Sequence(request_id, next(self._seq_ids), prompt_ids, params, sampler,
-                       stop_ids(self.model, params), RequestMetrics(arrival), index=index, lora=lora)
-        if self.model.tokenizer is not None:  # text, shown as whole characters and cut before a stop string
-            from tinyinfer.tokenizer import StreamingDetokenizer  # noqa: PLC0415 - models without one skip it
-
-            seq.detokenizer, seq.stop_matcher = StreamingDetokenizer(self.model.tokenizer, context=prompt_ids), StopMatcher(params.stop)
-        return seq
+        output = OutputProcessor(params, stop_ids(self.model, params), self.model.tokenizer, prompt_ids)  # as generate
+        return Sequence(request_id, next(self._seq_ids), prompt_ids, params, sampler, output, RequestMetrics(arrival),
+                        index=index, lora=lora)
 
     def _take(self, seq: Sequence, choice: TokenChoice) -> list[int]:
-        """Apply the stopping rules (those of `model.generate`) to the sequence's drawn token; return the
-        tokens it gained (0 or 1)."""
-        token = choice.token_id
+        """Finish the sequence by the rules of `model.generate` (its OutputProcessor; max_tokens here, where
+        generate's loop stops producing) on its drawn token; return the tokens it gained (0 or 1)."""
         seq.metrics.first_token = seq.metrics.first_token or time.perf_counter()
-        if token in seq.enders:
-            seq.stop_token = token
-            self._finish(seq, "stop" if token in seq.params.stop_token_ids else "eos")
+        output = seq.output
+        output.push(choice)
+        if output.stop_token is not None:  # an end token: sampled, but not part of the output
+            self._finish(seq)
             return []
         seq.metrics.output_tokens += 1
         self.generated_tokens += 1
-        if seq.params.logprobs is not None:
-            seq.logprobs.append(choice)  # as model.generate reports them: the ender above has none
-        if seq.stop_matcher is not None:
-            seq.text += seq.stop_matcher.push(seq.detokenizer.push(token))
-            if seq.stop_matcher.stopped:
-                self._finish(seq, "stop")
-                return [token]
-        if len(seq.output_ids) >= seq.params.max_tokens:
-            self._finish(seq, "length")
-        return [token]
+        if not output.finished and len(output.token_ids) >= seq.params.max_tokens:
+            output.finish("length")
+        if output.finished:
+            self._finish(seq)
+        return [choice.token_id]
 
-    def _finish(self, seq: Sequence, reason: str) -> None:
-        matcher = seq.stop_matcher
-        if matcher is not None and not matcher.stopped:
-            seq.text += matcher.push(seq.detokenizer.flush())  # the last bytes may still complete a stop string
-            reason = "stop" if matcher.stopped else reason
-            seq.text += matcher.flush()
-        seq.finish(reason)
+    def _finish(self, seq: Sequence) -> None:
+        seq.finish(seq.output.finish_reason)
         self.scheduler.finish(seq)
         samples = self.requests.get(seq.request_id, [])
         if all(s.status is Status.FINISHED for s in samples):
             self.requests.pop(seq.request_id, None)
 
     def _output(self, seq: Sequence, new: list[int]) -> RequestOutput:
-        logprobs = list(seq.logprobs) if seq.params.logprobs is not None else None  # a copy: the list grows
-        return RequestOutput(seq.request_id, seq.index, seq.prompt_ids, seq.result_ids, seq.text, new,
+        output = seq.output
+        logprobs = None if output.logprobs is None else list(output.logprobs)  # a copy: the list grows
+        return RequestOutput(seq.request_id, seq.index, seq.prompt_ids, list(output.token_ids), output.text, new,
                              seq.status is Status.FINISHED, seq.finish_reason, seq.metrics, logprobs)
 
     def _log(self, batch) -> None:

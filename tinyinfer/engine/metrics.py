@@ -9,6 +9,7 @@ so dashboards and autoscalers written for vLLM read them unchanged (vllm:X is ti
     tinyinfer:num_preemptions_total      counter    sequences preempted (their blocks freed, recomputed later)
     tinyinfer:prompt_tokens_total        counter    prompt tokens of admitted requests
     tinyinfer:generation_tokens_total    counter    tokens generated
+    tinyinfer:request_success_total{finished_reason}  counter  requests finished, by "stop" or "length"
     tinyinfer:time_to_first_token_seconds      histogram  arrival (the HTTP request) to first token
     tinyinfer:time_per_output_token_seconds    histogram  each gap between two tokens of one sequence
     tinyinfer:request_queue_time_seconds       histogram  arrival to first scheduled
@@ -54,6 +55,8 @@ class EngineMetrics:
         self.preemptions = counter("num_preemptions", "Sequences preempted (blocks freed, to be recomputed).")
         self.prompt_tokens = counter("prompt_tokens", "Prompt tokens of admitted requests.")
         self.generation_tokens = counter("generation_tokens", "Tokens generated.")
+        self.success = Counter(PREFIX + "request_success", "Requests finished, by reason.", ["finished_reason"],
+                               registry=r)
         self.ttft = histogram("time_to_first_token_seconds", "Arrival to first token.")
         self.tpot = histogram("time_per_output_token_seconds", "Gap between two tokens of one sequence.")
         self.queue_time = histogram("request_queue_time_seconds", "Arrival to first scheduled.")
@@ -83,6 +86,8 @@ class EngineMetrics:
             self._last_token[key] = now
             if out.finished:
                 self.e2e.observe(m.latency_s)
+                if out.request_id not in llm.requests:  # its last sample: the request is done
+                    self.success.labels("length" if out.finish_reason == "length" else "stop").inc()
         self._last_token = {key: t for key, t in self._last_token.items() if key[0] in llm.requests}  # live ones
 
     def render(self) -> bytes:

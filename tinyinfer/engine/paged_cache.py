@@ -62,6 +62,8 @@ class DecodeSlots:
 class PagedKVCache:
     """A pool of `n_blocks` blocks of `block_size` tokens per layer, and one block table per sequence."""
 
+    reads_batches = True  # decode_slots, write_batch, read_batch (tinyinfer/kv_cache.py KVCache)
+
     def __init__(self, config: Config, n_blocks: int, block_size: int = 16, dtype=np.float32, xp=np,
                  kv_cache_dtype: str = "auto"):
         self.block_size = block_size

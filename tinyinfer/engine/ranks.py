@@ -21,8 +21,12 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 
+from tinyinfer.distributed import CommunicationError
 from tinyinfer.engine.llm import LLM
 from tinyinfer.model import SeqChunk
+
+
+STOP_WAIT_S = 5.0  # how long rank 0 waits for the others to hear that it stops
 
 
 @dataclass
@@ -53,14 +57,18 @@ class StepBroadcaster:
 
 
 def run_steps(model, comm, cache) -> None:
-    """A worker rank: run the forward pass of every step rank 0 broadcasts, until it broadcasts None."""
-    while True:
-        with comm.patience(float("inf")):  # idle until there is work
-            step = comm.broadcast_object(None)
-        if step is None:
-            return
-        cache.tables = step.tables  # only the sequences of this step are read or written
-        model.forward(step.chunks, cache, step.all_logits)
+    """A worker rank: run the forward pass of every step rank 0 broadcasts, until it broadcasts None (or Ctrl-C,
+    which mpirun hands every rank: a server is stopped that way)."""
+    try:
+        while True:
+            with comm.patience(float("inf")):  # idle until there is work
+                step = comm.broadcast_object(None)
+            if step is None:
+                return
+            cache.tables = step.tables  # only the sequences of this step are read or written
+            model.forward(step.chunks, cache, step.all_logits)
+    except KeyboardInterrupt:
+        return
 
 
 @contextlib.contextmanager
@@ -78,4 +86,8 @@ def engine_on_ranks(model, comm, **options):
     try:
         yield LLM(broadcaster, **options)
     finally:
-        broadcaster.stop()
+        try:
+            with comm.patience(STOP_WAIT_S):  # after a Ctrl-C the other ranks may have stopped already
+                broadcaster.stop()
+        except CommunicationError:
+            pass

@@ -22,8 +22,8 @@ import time
 from dataclasses import dataclass, field
 
 from tinyinfer.engine.block_manager import prefix_root
-from tinyinfer.sampling import Sampler, SamplingParams, TokenChoice
-from tinyinfer.stopping import StopMatcher
+from tinyinfer.output import OutputProcessor
+from tinyinfer.sampling import Sampler, SamplingParams
 
 
 class Status(enum.Enum):
@@ -79,20 +79,15 @@ class Sequence:
     prompt_ids: list[int]
     params: SamplingParams
     sampler: Sampler
-    enders: set[int]  # token ids that end it: EOS (unless ignore_eos) and the request's stop_token_ids
+    output: OutputProcessor  # its output as the user sees it: tokens, text, logprobs, when and why it ends
     metrics: RequestMetrics
     index: int = 0  # which of the request's n samples
-    stop_matcher: StopMatcher | None = None  # with a tokenizer: the text and its stop strings
-    detokenizer: object | None = None
     status: Status = Status.WAITING
     num_computed: int = 0  # leading tokens whose K and V are in the cache
     finish_reason: str | None = None  # "eos" | "stop" | "length" | "abort"
-    text: str = ""
-    stop_token: int | None = None  # the EOS / stop token id that ended it (sampled, but not part of the output)
     block_names: list[bytes] = field(default_factory=list)  # prefix-cache names of its full, computed blocks
     lora: str | None = None  # the LoRA adapter it runs with (tinyinfer/lora.py): part of its blocks' names
     cache_salt: str | None = None  # shares cached blocks only with requests of the same salt (vLLM's name)
-    logprobs: list[TokenChoice] = field(default_factory=list)  # per output token, when params.logprobs is set
 
     @property
     def cache_root(self) -> bytes | None:
@@ -102,11 +97,6 @@ class Sequence:
     @property
     def output_ids(self) -> list[int]:
         return self.sampler.output_ids
-
-    @property
-    def result_ids(self) -> list[int]:
-        """The output as the user sees it: without the token that ended it (as `model.generate` returns it)."""
-        return self.output_ids[:-1] if self.stop_token is not None else self.output_ids
 
     @property
     def tokens(self) -> list[int]:

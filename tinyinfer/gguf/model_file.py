@@ -22,16 +22,15 @@ from pathlib import Path
 import numpy as np
 
 from tinyinfer.config import Config
-from tinyinfer.families import config_from_hf, load_params, untie_if_the_file_disagrees
 from tinyinfer.errors import TinyInferError
-from tinyinfer.families import FAMILIES, Family
+from tinyinfer.families import FAMILIES, Family, config_from_hf, load_params, untie_if_the_file_disagrees
 from tinyinfer.gguf.architectures import GGUFLayout, Metadata
 from tinyinfer.gguf.quants import DEQUANTIZERS, check_supported, dequantize
 from tinyinfer.gguf.reader import GGUFFile
+from tinyinfer.tokenizer.gguf import tokenizer_from_gguf
 
 LAYER_NAME = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)")
 TOP_NAME = re.compile(r"(\w+)\.(weight|bias)")
-IGNORED = ("rope_freqs.weight",)  # refused by the architecture's config when it matters
 
 
 class GGUFCheckpoint:
@@ -42,8 +41,6 @@ class GGUFCheckpoint:
         self.gguf, self.layout, self.hf_config = gguf, layout, hf_config
         self._sources = {}  # family name -> (GGUF name, GGUF base name, expert index or None)
         for name, info in gguf.tensors.items():
-            if name in IGNORED:
-                continue
             target, base = self._family_name(name)
             if "{e}" not in target:
                 self._sources[target] = (name, base, None)
@@ -68,31 +65,26 @@ class GGUFCheckpoint:
     def __contains__(self, name: str) -> bool:
         return name in self._sources
 
-    def source(self, name: str) -> tuple[str, int | None]:
-        """(GGUF tensor, expert index or None) behind the family's tensor `name`."""
-        gguf_name, _, expert = self._sources[name]
-        return gguf_name, expert
-
     def shape(self, name: str) -> tuple[int, ...]:
-        return self._read(name, shape_only=True)
+        gguf_name, base, expert = self._source(name)
+        shape = self.gguf.tensors[gguf_name].shape
+        return self.layout.reshaped(base, shape if expert is None else shape[1:])  # an expert: [E, out, in] -> [out, in]
 
     def get(self, name: str, dtype=np.float32) -> np.ndarray:
-        return self._read(name).astype(dtype)
+        """The tensor `name` dequantised, re-laid out as the family's file has it, as `dtype` (a fresh array)."""
+        gguf_name, base, expert = self._source(name)
+        info = self.gguf.tensors[gguf_name]
+        rows = self.gguf.rows(gguf_name)  # [rows, bytes per row]
+        if expert is not None:  # one expert's rows only: [E * out, bytes] -> [out, bytes]
+            per_expert = rows.shape[0] // info.shape[0]
+            rows = rows[expert * per_expert:(expert + 1) * per_expert]
+        shape = info.shape if expert is None else info.shape[1:]
+        return self._relayout(base, dequantize(rows, info.type_name, shape)).astype(dtype)
 
-    def _read(self, name: str, shape_only: bool = False):
+    def _source(self, name: str) -> tuple[str, str, int | None]:
         if name not in self._sources:
             raise TinyInferError(f"{self.gguf.path} has no tensor for {name!r}")
-        gguf_name, base, expert = self._sources[name]
-        info = self.gguf.tensors[gguf_name]
-        check_supported(info.type_name, f"{self.gguf.path}: tensor {gguf_name!r}")
-        shape = info.shape if expert is None else info.shape[1:]
-        if shape_only:
-            return self.layout.reshaped(base, shape)
-        rows = self.gguf.rows(gguf_name)  # [rows, bytes per row]
-        if expert is not None:
-            per_expert = rows.shape[0] // info.shape[0]
-            rows = rows[expert * per_expert:(expert + 1) * per_expert]  # one expert's rows only
-        return self._relayout(base, dequantize(rows, info.type_name, shape))
+        return self._sources[name]
 
     def _relayout(self, base: str, w: np.ndarray) -> np.ndarray:
         return w if self.layout.relayout is None else self.layout.relayout(base, w, self.hf_config)
@@ -137,8 +129,8 @@ def load_gguf(path: Path, dtype=np.float32):
     layout, c = gguf_hf_config(gguf)
     config = config_from_hf(c)
     checkpoint = GGUFCheckpoint(gguf, layout, c)
-    for name in checkpoint.names():  # refuse unsupported types by name before any work
-        check_supported(gguf.tensors[checkpoint.source(name)[0]].type_name, f"{path}: tensor {checkpoint.source(name)[0]!r}")
+    for name, info in gguf.tensors.items():  # refuse unsupported types by name before any work
+        check_supported(info.type_name, f"{path}: tensor {name!r}")
     config = untie_if_the_file_disagrees(checkpoint, config)
     params = load_params(checkpoint, config, dtype)
     return config, params, gguf_tokenizer(gguf), gguf
@@ -146,10 +138,6 @@ def load_gguf(path: Path, dtype=np.float32):
 
 def gguf_tokenizer(gguf: GGUFFile):
     """The tokenizer the file's metadata describes (tinyinfer/tokenizer/gguf.py), or None without one."""
-    try:
-        from tinyinfer.tokenizer.gguf import tokenizer_from_gguf  # noqa: PLC0415
-    except ImportError:
-        return None
     if "tokenizer.ggml.model" not in gguf.metadata:
         return None
     return tokenizer_from_gguf(gguf.metadata)
@@ -217,23 +205,25 @@ def keep_quantized(model, gguf: GGUFFile) -> None:
     of the row whose dequantisation it is. The weight then dequantises to exactly the array it replaces.
     Embeddings and vectors stay float32; a tied embedding table becomes the LM head's quantised rows.
     """
-    from tinyinfer.quantize import QuantizedEmbedding  # noqa: PLC0415 - quantize imports model
+    from tinyinfer.quantize import FLOAT_KEEP, QuantizedEmbedding  # noqa: PLC0415 - quantize imports model
 
     lookup = _RowLookup(gguf)
     params = model.params
-    params["layers"] = [_quantize_tree(layer, lookup, f"blk.{i}.") for i, layer in enumerate(params["layers"])]
+    params["layers"] = [_quantize_tree(layer, lookup, f"blk.{i}.", FLOAT_KEEP) for i, layer in enumerate(params["layers"])]
     head_source = "output.weight" if "output.weight" in gguf.tensors else "token_embd.weight"
     params["lm_head"] = lookup.match(params["lm_head"], (head_source,)) or params["lm_head"]
     if model.config.tie_word_embeddings and isinstance(params["lm_head"], QuantizedRows):
         params["embed"] = QuantizedEmbedding(params["lm_head"])
 
 
-def _quantize_tree(tree, lookup, prefix: str):
+def _quantize_tree(tree, lookup, prefix: str, float_keep: tuple[str, ...]):
+    """A layer's parameter tree with every matrix found in the file as QuantizedRows, but the MoE gates
+    (`float_keep`: tiny, and llama.cpp's converter keeps them F32 anyway)."""
     if isinstance(tree, dict):
-        return {key: value if key in ("router", "shared_gate") else _quantize_tree(value, lookup, prefix)
+        return {key: value if key in float_keep else _quantize_tree(value, lookup, prefix, float_keep)
                 for key, value in tree.items()}
     if isinstance(tree, list):
-        return [_quantize_tree(value, lookup, prefix) for value in tree]
+        return [_quantize_tree(value, lookup, prefix, float_keep) for value in tree]
     if tree.ndim != 2:
         return tree
     return lookup.match(tree, lookup.layer_tensors(prefix)) or tree

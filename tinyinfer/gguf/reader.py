@@ -190,7 +190,7 @@ class GGUFFile:
         return self.raw(name).reshape(n_rows, -1)
 
     def dequantize(self, name: str) -> np.ndarray:
-        """Tensor `name` as float32, in NumPy's shape (a fresh array)."""
+        """Tensor `name` as float32, in NumPy's shape (an F32 tensor: a read-only view into the file)."""
         info = self.tensors[name]
         check_supported(info.type_name, f"{self.path}: tensor {name!r}")
         return dequantize(self.raw(name), info.type_name, info.shape)

@@ -31,7 +31,6 @@ BPE, pre-tokenizers and decoders as for a Hugging Face folder):
 
 from __future__ import annotations
 
-from tinyinfer.chat import ChatTemplate
 from tinyinfer.errors import TinyInferError
 from tinyinfer.tokenizer.byte_level import BYTE_TO_CHAR, to_byte_level
 from tinyinfer.tokenizer.tokenizer import Tokenizer
@@ -193,16 +192,13 @@ def stop_token_ids(metadata: dict) -> list[int]:
     return list(dict.fromkeys(int(i) for i in ids if i is not None))
 
 
-def chat_template_from_gguf(metadata: dict) -> ChatTemplate | None:
-    """The chat template of `tokenizer.chat_template`, with the special tokens it may name (None: no template)."""
-    source = metadata.get("tokenizer.chat_template")
-    if not source:
-        return None
+def special_tokens_from_gguf(metadata: dict) -> dict[str, str]:
+    """The special tokens a chat template may name ({"bos_token": "<s>", ...}), those the file gives."""
     tokens = _strings(metadata, "tokenizer.ggml.tokens")
     names = {"bos_token": "bos_token_id", "eos_token": "eos_token_id", "unk_token": "unknown_token_id",
              "pad_token": "padding_token_id"}
     special = {name: _token(metadata, tokens, key) for name, key in names.items()}
-    return ChatTemplate(source, {name: token for name, token in special.items() if token is not None})
+    return {name: token for name, token in special.items() if token is not None}
 
 
 def _strings(metadata: dict, key: str) -> list[str]:

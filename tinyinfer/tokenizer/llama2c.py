@@ -25,7 +25,7 @@ import regex
 from tinyinfer.errors import TinyInferError
 from tinyinfer.tokenizer.bpe import Pair, apply_merges
 from tinyinfer.tokenizer.byte_level import without_surrogates
-from tinyinfer.tokenizer.tokenizer import Tokenizer
+from tinyinfer.tokenizer.base import TokenizerBase
 
 BYTE_PIECE = regex.compile(rb"<0x([0-9A-Fa-f]{2})>")
 UNK_ID, BOS_ID, EOS_ID = 0, 1, 2
@@ -52,13 +52,8 @@ def read_tokenizer_bin(path: Path) -> tuple[list[bytes], list[float]]:
     return pieces, scores
 
 
-def load_llama2c_tokenizer(path: Path) -> Llama2cTokenizer:
-    pieces, scores = read_tokenizer_bin(path)
-    return Llama2cTokenizer(pieces, scores)
-
-
-class Llama2cTokenizer(Tokenizer):
-    """The Tokenizer interface over a llama2.c tokenizer.bin (no tokenizer.json pipeline)."""
+class Llama2cTokenizer(TokenizerBase):
+    """The tokenizer of a llama2.c tokenizer.bin: SentencePiece-style BPE by scores (no tokenizer.json pipeline)."""
 
     def __init__(self, pieces: list[bytes], scores: list[float]):
         self.spec = None
@@ -66,17 +61,22 @@ class Llama2cTokenizer(Tokenizer):
         self.piece_to_id: dict[bytes, int] = {}
         for i, piece in enumerate(pieces):
             self.piece_to_id.setdefault(piece, i)
-        self._bytes = [bytes([int(m.group(1), 16)]) if (m := BYTE_PIECE.fullmatch(p)) else p for p in pieces]
-        self.id_to_token = [p.decode("utf-8", errors="replace") for p in pieces]
-        self.token_to_id = {t: i for i, t in reversed(list(enumerate(self.id_to_token)))}
-        self.bos_token_id, self.eos_token_id = BOS_ID, EOS_ID
-        self.special_ids = self.skipped_ids = frozenset((UNK_ID, BOS_ID, EOS_ID))  # skipped by skip_special_tokens
-        self.byte_fallback_ids = frozenset()  # decode reads all bytes at once, so nothing waits
+        id_to_token = [p.decode("utf-8", errors="replace") for p in pieces]
+        special = frozenset((UNK_ID, BOS_ID, EOS_ID))
+        super().__init__(
+            id_to_token, [bytes([int(m.group(1), 16)]) if (m := BYTE_PIECE.fullmatch(p)) else p for p in pieces],
+            {t: i for i, t in reversed(list(enumerate(id_to_token)))}, BOS_ID, EOS_ID, special,
+            skipped_ids=special,  # skipped by skip_special_tokens
+            byte_fallback_ids=frozenset())  # decode reads all bytes at once, so nothing waits
         self.dummy_prefix = self.piece_to_id.get(b" ")
         # a token's rank: 0 for the highest score; equal scores share a rank (then the leftmost pair wins)
         rank_of_score = {score: rank for rank, score in enumerate(sorted(set(scores), reverse=True))}
         self.rank = [rank_of_score[score] for score in scores]
         self._merges: dict[Pair, tuple[int, int] | None] = {}
+
+    @classmethod
+    def from_file(cls, path: Path) -> Llama2cTokenizer:
+        return cls(*read_tokenizer_bin(Path(path)))
 
     def save(self, path) -> None:
         raise TinyInferError("a llama2.c tokenizer.bin has scores, not the ranked merges a tokenizer.json needs; "

@@ -6,7 +6,8 @@
 
 Each stage is its own small module (added_tokens, normalizers, pre_tokenizers, bpe, post_processors,
 decoders) built from its tokenizer.json entry; an entry tinyinfer does not implement is a clear error
-naming it. llama2.c's tokenizer.bin (llama2c.py) and training (train.py) produce the same Tokenizer.
+naming it. Training (train.py) produces the same Tokenizer; llama2.c's tokenizer.bin (llama2c.py) a sibling with the same
+vocabulary side (base.py) and its own encode and decode.
 
 Decisions where the reference library has no single answer:
 - A Python str may hold lone surrogates (U+D800..U+DFFF), which are not text and have no UTF-8 form
@@ -25,9 +26,11 @@ from pathlib import Path
 
 from tinyinfer.errors import TinyInferError
 from tinyinfer.tokenizer.added_tokens import AddedToken, AddedTokenMatcher
+from tinyinfer.tokenizer.base import TokenizerBase
 from tinyinfer.tokenizer.bpe import BPE
 from tinyinfer.tokenizer.byte_level import without_surrogates
 from tinyinfer.tokenizer.decoders import BYTE_TOKEN, build_decoder, build_token_bytes, decoder_steps
+from tinyinfer.tokenizer.llama2c import Llama2cTokenizer
 from tinyinfer.tokenizer.normalizers import build_normalizer
 from tinyinfer.tokenizer.post_processors import build_post_processor
 from tinyinfer.tokenizer.pre_tokenizers import build_pre_tokenizer
@@ -37,8 +40,9 @@ BOS_NAMES = ("<s>", "<|begin_of_text|>", "<|startoftext|>", "<bos>", "[BOS]")
 EOS_NAMES = ("</s>", "<|endoftext|>", "<|end_of_text|>", "<eos>", "[EOS]")
 
 
-class Tokenizer:
-    """A tokenizer loaded from a tokenizer.json, a model folder or a llama2.c tokenizer.bin, or trained."""
+class Tokenizer(TokenizerBase):
+    """A tokenizer loaded from a tokenizer.json or a model folder, or trained (`from_file` also opens a llama2.c
+    tokenizer.bin, as the Llama2cTokenizer beside this class: tinyinfer/tokenizer/llama2c.py)."""
 
     def __init__(self, spec: dict, bos_token: str | None = None, eos_token: str | None = None):
         """Build every stage from `spec`, the parsed tokenizer.json; bos/eos_token name those tokens."""
@@ -55,30 +59,32 @@ class Tokenizer:
         self.raw_added = AddedTokenMatcher({t.content: t for t in added if not t.normalized})
         normalize = self.normalizer or (lambda s: s)
         self.normalized_added = AddedTokenMatcher({normalize(t.content): t for t in added if t.normalized})
-        self.special_ids = frozenset(t.id for t in entries if t.special)
+        special_ids = frozenset(t.id for t in entries if t.special)
 
         size = max([*self.model.vocab.values(), *(t.id for t in added)], default=-1) + 1
-        self.id_to_token: list[str | None] = [None] * size  # the string each id hands to the decoder
+        id_to_token: list[str | None] = [None] * size  # the string each id hands to the decoder
         for token, i in self.model.vocab.items():
-            self.id_to_token[i] = token
+            id_to_token[i] = token
         for t in added:  # a normalized added token decodes as its normalized text, as in the reference
-            self.id_to_token[t.id] = normalize(t.content) if t.normalized else t.content
-        self._bytes = [piece_bytes(t) if t is not None else b"" for t in self.id_to_token]
-        self.token_to_id = {**self.model.vocab, **{t.content: t.id for t in added}}
+            id_to_token[t.id] = normalize(t.content) if t.normalized else t.content
+        token_to_id = {**self.model.vocab, **{t.content: t.id for t in added}}
         # skip_special_tokens drops the ids whose decoded string is a special token's text (the
         # reference compares strings, so a normalized special token that the normalizer changed stays)
         special_texts = {t.content for t in entries if t.special}
-        self.skipped_ids = frozenset(i for i, t in enumerate(self.id_to_token) if t in special_texts)
         # ids a ByteFallback decoder reads as raw bytes (<0x41>); a streaming decoder waits for their run to end
         has_byte_fallback = any(step.get("type") == "ByteFallback" for step in decoder_steps(spec.get("decoder")))
-        self.byte_fallback_ids = frozenset(i for i, t in enumerate(self.id_to_token) if has_byte_fallback and t and BYTE_TOKEN.fullmatch(t))
-        self.bos_token_id = self._special_id(bos_token, BOS_NAMES)
-        self.eos_token_id = self._special_id(eos_token, EOS_NAMES)
+        super().__init__(
+            id_to_token, [piece_bytes(t) if t is not None else b"" for t in id_to_token], token_to_id,
+            special_id(bos_token, BOS_NAMES, token_to_id, special_ids),
+            special_id(eos_token, EOS_NAMES, token_to_id, special_ids), special_ids,
+            skipped_ids=frozenset(i for i, t in enumerate(id_to_token) if t in special_texts),
+            byte_fallback_ids=frozenset(i for i, t in enumerate(id_to_token)
+                                        if has_byte_fallback and t and BYTE_TOKEN.fullmatch(t)))
 
     # ---- loading and saving -------------------------------------------------------------------------
 
     @classmethod
-    def from_file(cls, path: str | Path) -> Tokenizer:
+    def from_file(cls, path: str | Path) -> Tokenizer | Llama2cTokenizer:
         """Load a tokenizer.json, a model folder holding one, or a llama2.c tokenizer.bin."""
         if not isinstance(path, (str, Path)):
             raise TinyInferError(f"Tokenizer.from_file takes a path (str or pathlib.Path), not {type(path).__name__}")
@@ -93,8 +99,7 @@ class Tokenizer:
         if not path.is_file():
             raise TinyInferError(f"tokenizer file {path} does not exist; pass a tokenizer.json, a model folder, or a llama2.c tokenizer.bin")
         if path.suffix == ".bin":
-            from tinyinfer.tokenizer.llama2c import load_llama2c_tokenizer
-            return load_llama2c_tokenizer(path)
+            return Llama2cTokenizer.from_file(path)
         try:
             spec = json.loads(path.read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -165,35 +170,15 @@ class Tokenizer:
             return " ".join(tokens)
         return "".join(self.decoder(tokens))
 
-    def token_bytes(self, token_id: int) -> bytes:
-        """The raw bytes `token_id` adds when decoded mid-sequence: token_bytes(GPT-2's 995) -> b' world'."""
-        return self._bytes[self._checked([token_id])[0]]
 
-    def _checked(self, ids) -> list[int]:
-        ids = [int(i) for i in ids]
-        for i in ids:
-            if not 0 <= i < len(self.id_to_token) or self.id_to_token[i] is None:
-                raise TinyInferError(f"token id {i} is outside this tokenizer's vocabulary (ids 0..{len(self.id_to_token) - 1}); "
-                                     "the ids come from a different model or tokenizer")
-        return ids
 
-    # ---- facts about the vocabulary -----------------------------------------------------------------
 
-    @property
-    def vocab_size(self) -> int:
-        return len(self.id_to_token)
-
-    def id_to_piece(self, token_id: int) -> str:
-        """The token's text as stored in the vocabulary ('Ġworld', '▁world', '<0x0A>', '<|user|>')."""
-        return self.id_to_token[self._checked([token_id])[0]]
-
-    def _special_id(self, name: str | None, fallback_names: tuple[str, ...]) -> int | None:
-        if name is not None:
-            return self.token_to_id.get(name)
-        return next((self.token_to_id[n] for n in fallback_names if n in self.token_to_id and self.token_to_id[n] in self.special_ids), None)
-
-    def __repr__(self) -> str:
-        return f"Tokenizer(vocab_size={self.vocab_size}, bos={self.bos_token_id}, eos={self.eos_token_id})"
+def special_id(name: str | None, fallback_names: tuple[str, ...], token_to_id: dict[str, int],
+               special_ids: frozenset[int]) -> int | None:
+    """The id of the token `name`, or without a name the first special token among `fallback_names`."""
+    if name is not None:
+        return token_to_id.get(name)
+    return next((token_to_id[n] for n in fallback_names if n in token_to_id and token_to_id[n] in special_ids), None)
 
 
 def build_model(spec: dict) -> BPE:
