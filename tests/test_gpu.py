@@ -270,3 +270,30 @@ def test_gpu_float16_weights_are_as_close_to_float32_as_the_cpu_float16_run():
     cpu, gpu = half_cpu.logits(ids).astype(np.float32), half_gpu.logits(ids).astype(np.float32)
     assert np.abs(gpu - full).max() <= 2 * np.abs(cpu - full).max()
     assert (gpu.argmax(-1) == cpu.argmax(-1)).mean() >= 0.9
+
+
+@pytest.mark.gpu
+def test_gpu_engine_step_moves_ids_in_and_each_rows_choice_out():
+    """Per engine step over 4 sequences: greedy, only the 4 chosen ids come back (argmax on the device); sampled,
+    one float64 row of probabilities per sequence. The copies in do not grow with the number of layers."""
+    if REAL_GPU:
+        pytest.skip("transfers are counted by the strict stand-in")
+    from tinyinfer.engine import LLM  # noqa: PLC0415
+
+    prompts, steps = ["ROMEO:", "JULIET:", "KING:", "QUEEN:"], 20
+    counter = get_xp("cuda").transfers
+    per_step_in = {}
+    for name in ("shakespeare", "shakespeare-draft"):  # 4 layers against 2 layers
+        model = tinyinfer.load(name, device="cuda")
+        llm, vocab = LLM(model), model.config.vocab_size
+        for temperature, out_bytes in ((0.0, 8 * len(prompts)), (0.8, 8 * vocab * len(prompts))):
+            runs = []
+            for max_tokens in (steps, 2 * steps):
+                counter.reset()
+                llm.generate(prompts, tinyinfer.SamplingParams(temperature=temperature, max_tokens=max_tokens,
+                                                               ignore_eos=True, seed=1))
+                runs.append(dataclasses.replace(counter))
+            assert (runs[1].to_host_bytes - runs[0].to_host_bytes) / steps == out_bytes
+            assert (runs[1].to_host_calls - runs[0].to_host_calls) / steps == 1
+            per_step_in[name, temperature] = (runs[1].to_device_calls - runs[0].to_device_calls) / steps
+    assert per_step_in["shakespeare", 0.0] == per_step_in["shakespeare-draft", 0.0] <= 12
