@@ -173,3 +173,33 @@ def test_masks_are_shared_across_contexts_yet_exact():
     deep = masker.parser.step_bytes(masker.parser.initial, b'[["a')
     assert masker.mask(shallow).tolist() == [False, False, True, True, True, True, False, False]
     assert masker.mask(deep).tolist() == [False, False, True, True, True, True, True, False]
+
+
+def test_step_all_equals_one_step_per_byte():
+    """The byte classes of `step_all` give, for every byte, the state `step` gives it alone (on fresh parsers,
+    so neither reads the other's memo)."""
+    net = compile_grammar(parse_grammar('root ::= "[" ([a-f0-9] | "\\\\" [nt] | [^\\x00-\\x7f])* "]" | "x" [0-9]{2,40}'))
+    together, alone = ByteParser(net), ByteParser(net)
+    states = [together.initial]
+    for data in (b"[", b"[a", b"[\\", b"[\xc3", b"x1", b"x12"):
+        states.append(together.step_bytes(together.initial, data))
+        assert alone.step_bytes(alone.initial, data) == states[-1]  # both parsers number states alike
+    for state in states:
+        assert together.step_all(state) == [alone.step(state, byte) for byte in range(256)]
+
+
+def test_bench_grammar_prints_coverage_and_wall_and_cpu_times(capsys, tmp_path):
+    import json  # noqa: PLC0415
+    from pathlib import Path  # noqa: PLC0415
+
+    from tinyinfer.cli import main  # noqa: PLC0415
+
+    rows = [{"subset": "tiny", "source_path": f"s{i}", "schema": schema, "tests": [{"data": bad, "valid": False}]}
+            for i, (schema, bad) in enumerate([({"type": "integer"}, "x"), ({"type": "string", "maxLength": 3}, "abcd")])]
+    (tmp_path / "tiny.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    tokenizer = Path(__file__).resolve().parents[1] / "tinyinfer" / "models" / "shakespeare" / "tokenizer.json"
+    assert main(["bench", "grammar", "--schemas", str(tmp_path), "--tokenizer", str(tokenizer), "--engines",
+                 "tinyinfer", "--tokens", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "tiny" in out and "2/2" in out and "the same in CPU time" in out
+    assert "0 of 2 (0 schemas)" in out  # neither invalid example is accepted

@@ -97,6 +97,13 @@ def test_unknown_tensor_type(good, tmp_path):
                    "unknown type id 99")
 
 
+def test_unknown_metadata_value_type(good, tmp_path):
+    _, data = good
+    at = data.index(b"general.architecture") + len(b"general.architecture")  # the value type (u32) follows the key
+    bad = data[:at] + struct.pack("<I", 13) + data[at + 4:]
+    assert_refused(damaged(tmp_path, bad), "metadata 'general.architecture' has unknown value type 13")
+
+
 def test_size_disagreeing_with_type_and_shape(good, tmp_path):
     _, data = good
     bad = with_type(data, "blk.0.attn_q.weight", int(gguf.GGMLQuantizationType.F32))  # needs 4 bytes a weight

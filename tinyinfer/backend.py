@@ -10,6 +10,7 @@ needs no GPU package installed.
 from __future__ import annotations
 
 import contextlib
+import sys
 
 import numpy as np
 
@@ -74,6 +75,15 @@ def cuda_available() -> bool:
         return True
     except TinyInferError:
         return False
+
+
+def is_array(value) -> bool:
+    """A NumPy array or a device array (CuPy's ndarray), not another object that holds arrays (a quantised
+    weight's blocks, a LoRA-wrapped weight)."""
+    if isinstance(value, np.ndarray):
+        return True
+    cupy = _cuda_standin or sys.modules.get("cupy")  # a device array exists only once CuPy is imported
+    return cupy is not None and isinstance(value, cupy.ndarray)
 
 
 def xp_of(array):

@@ -44,7 +44,7 @@ def read_config(model) -> Config:
 
 
 def load(model=None, device: str = "cpu", dtype=None, tokenizer=None, kv_cache_dtype: str = "auto",
-         keep_quantized: bool = False) -> Model:
+         keep_quantized: bool = False, kernels: str = "plain") -> Model:
     """Load a model (folder, llama2.c file, GGUF file, built-in name or repo id) onto `device` ("cpu" or "cuda").
 
     `dtype`: the compute dtype, "float32" (default; exact parity) or "float16" (halves memory; for GPUs).
@@ -53,6 +53,8 @@ def load(model=None, device: str = "cpu", dtype=None, tokenizer=None, kv_cache_d
     (tinyinfer/kv_quant.py).
     `keep_quantized`: a GGUF file's quantised weights stay in its blocks, dequantised on every product, instead
     of once at load (less memory, slower decode: tinyinfer/gguf/model_file.py).
+    `kernels`: "plain" (the array code) or "fused" (RMSNorm, SwiGLU and RoPE as fused kernels on a GPU:
+    tinyinfer/kernels.py).
     """
     check_kv_cache_dtype(kv_cache_dtype)
     if not (dtype is None or isinstance(dtype, str)) or dtype not in DTYPES:
@@ -72,7 +74,7 @@ def load(model=None, device: str = "cpu", dtype=None, tokenizer=None, kv_cache_d
     if keep_quantized and not is_gguf(path):
         raise TinyInferError(f"keep_quantized applies to GGUF files only; {path} is not one")
     if path.is_file() and is_gguf(path):
-        return _load_gguf(path, device, compute_dtype, tokenizer, kv_cache_dtype, keep_quantized)
+        return _load_gguf(path, device, compute_dtype, tokenizer, kv_cache_dtype, keep_quantized, kernels)
     if path.is_file() and path.suffix != ".safetensors":
         config, params, generation_config = *_load_llama2c(path, compute_dtype), {}
         tokenizer_path = tokenizer or _find_llama2c_tokenizer(path)
@@ -88,7 +90,7 @@ def load(model=None, device: str = "cpu", dtype=None, tokenizer=None, kv_cache_d
         generation_config = read_json(gen_path, "generation_config.json") if gen_path.exists() else {}
         tokenizer_path = tokenizer or (folder if (folder / "tokenizer.json").exists() else None)
     return Model(config, params, _load_tokenizer(tokenizer_path), device, generation_config, compute_dtype,
-                 kv_cache_dtype)
+                 kv_cache_dtype, kernels)
 
 
 def is_gguf(path: Path) -> bool:
@@ -101,7 +103,8 @@ def is_gguf(path: Path) -> bool:
         return f.read(4) == b"GGUF"
 
 
-def _load_gguf(path: Path, device: str, dtype, tokenizer, kv_cache_dtype: str, keep_quantized: bool) -> Model:
+def _load_gguf(path: Path, device: str, dtype, tokenizer, kv_cache_dtype: str, keep_quantized: bool,
+               kernels: str) -> Model:
     from tinyinfer.gguf.model_file import keep_quantized as keep, load_gguf  # noqa: PLC0415
 
     if keep_quantized and device != "cpu":
@@ -110,7 +113,7 @@ def _load_gguf(path: Path, device: str, dtype, tokenizer, kv_cache_dtype: str, k
         config, params, gguf_tokenizer, gguf = load_gguf(path, dtype)
         bar.update(1)
     model = Model(config, params, _load_tokenizer(tokenizer) if tokenizer else gguf_tokenizer, device, {}, dtype,
-                  kv_cache_dtype)
+                  kv_cache_dtype, kernels)
     del params  # the model holds them now: kept quantised, they are freed below
     if keep_quantized:
         keep(model, gguf)

@@ -39,13 +39,14 @@ from tinyinfer.config import AttentionSpec, Config
 from tinyinfer.errors import TinyInferError, is_integer_at_least
 from tinyinfer.flash_attention import tiled_attention
 from tinyinfer.kv_cache import ContiguousKVCache, KVCache
+from tinyinfer.kernels import choose_ops
 from tinyinfer.kv_quant import check_kv_cache_dtype
 from tinyinfer.mla import expand_values, latent_qkv
-from tinyinfer.mlp import gelu_mlp, linear, swiglu
+from tinyinfer.mlp import gelu_mlp, linear
 from tinyinfer.moe import moe_feed_forward
 from tinyinfer.norms import apply_norm
 from tinyinfer.param_tree import leaves, map_arrays
-from tinyinfer.rope import apply_partial_rope, inv_frequencies, rope_angles, rope_attention_factor
+from tinyinfer.rope import inv_frequencies, rope_angles, rope_attention_factor
 from tinyinfer.weights import arrange_for_matvec
 
 
@@ -65,9 +66,10 @@ class SeqChunk:
 
 @dataclass
 class AttentionPlan:
-    """How a forward pass attends, worked out once since it is the same in every layer: the row of each
+    """How a forward pass runs its layers, worked out once since it is the same in every layer: the row of each
     chunk's first token, the one-token chunks attended in batches (their rows and the cache's slots for
-    them, see `Model.decode_block`), and the chunks that take the loop one by one."""
+    them, see `Model.decode_block`), the chunks that take the loop one by one, and with LoRA adapters which
+    rows take which adapter."""
 
     first_rows: np.ndarray  # [n_chunks + 1]
     decode_groups: list[tuple]  # [(rows [B] on the device, the cache's DecodeSlots)]
@@ -101,7 +103,7 @@ class Sublayers:
 
     def norm(self, h, name: str):  # [T, d] -> [T, d], by the layer's norm `name` ("attn_norm", "post_mlp_norm"...)
         cfg = self.model.config
-        return apply_norm(h, self.params[name], cfg.norm, cfg.norm_eps)
+        return self.model.ops.norm(h, self.params[name], cfg.norm, cfg.norm_eps)
 
     def add(self, x, h):  # [T, d]: h joins the residual stream
         return self.model.add_residual(x, h)
@@ -163,7 +165,8 @@ class Model:
     """A loaded model: config, parameters on a device, and (when found) its tokenizer."""
 
     def __init__(self, config: Config, params: dict, tokenizer=None, device: str = "cpu",
-                 generation_config: dict | None = None, dtype=np.float32, kv_cache_dtype: str = "auto"):
+                 generation_config: dict | None = None, dtype=np.float32, kv_cache_dtype: str = "auto",
+                 kernels: str = "plain"):
         self.config = config
         self.tokenizer = tokenizer
         self.device = device
@@ -180,6 +183,8 @@ class Model:
         self.adapters = None  # the LoRA adapters loaded on its weights (tinyinfer/lora.py), if any
         self.kv_cache_dtype = check_kv_cache_dtype(kv_cache_dtype)  # how its caches store keys and values
         self.block = choose_block(config)  # how each layer wires its sublayers to the residual stream
+        self.kernels = kernels
+        self.ops = choose_ops(kernels, self.xp)  # norm, SwiGLU, RoPE: the plain array code or fused kernels
         self.attention_specs = [config.attention_spec(i) for i in range(config.n_layers)]  # how each layer attends
 
     # -- the forward pass ----------------------------------------------------------------------------------
@@ -221,7 +226,7 @@ class Model:
     def output_logits(self, x):
         """The final norm and the LM head (split by vocabulary over ranks: tinyinfer/parallel.py).  [*, d] -> [*, V]"""
         cfg = self.config
-        x = apply_norm(x, self.params["final_norm"], cfg.norm, cfg.norm_eps)
+        x = self.ops.norm(x, self.params["final_norm"], cfg.norm, cfg.norm_eps)
         logits = linear(x, self.params, "lm_head")  # [*, d] -> [*, V] (+ Phi-2's bias)
         if cfg.logits_divisor != 1.0:  # Granite
             logits = logits / self.dtype.type(cfg.logits_divisor)
@@ -273,7 +278,7 @@ class Model:
         if spec.qk_norm:  # normalise q and k before rotating them: each head (Qwen3), all heads as one (OLMoE)
             q, k = _qk_norm(q, layer["q_norm"], cfg), _qk_norm(k, layer["k_norm"], cfg)
         if rope is not None:
-            q, k = apply_partial_rope(q, *rope), apply_partial_rope(k, *rope)
+            q, k = self.ops.rope(q, *rope), self.ops.rope(k, *rope)
         return q, k, v
 
     def decode_block(self, i: int, rows, slots, q, k, v, out, cache) -> None:
@@ -281,10 +286,14 @@ class Model:
         of sequences (the paged cache of the serving engine): one gather and one batched product instead of
         a loop. `slots` (from the cache's `decode_slots`, once per forward pass) say where they write and read."""
         cache.write_batch(i, slots, k[rows], v[rows])
-        keys, values = cache.read_batch(i, slots)  # 2 x [KV, B, L, hd], padded to the longest
         spec = self.attention_specs[i]
-        mask = slots.mask(spec.window)  # [B, L]
         sinks = self.params["layers"][i].get("sinks")  # gpt-oss: [H]
+        pools = cache.pools(i) if self.ops.paged_attention is not None else None
+        if pools is not None:  # a GPU kernel reads the blocks where they are (tinyinfer/kernels.py)
+            out[rows] = self.ops.paged_attention(q[rows], *pools, slots, spec, sinks)  # -> [B, H*hd]
+            return
+        keys, values = cache.read_batch(i, slots)  # 2 x [KV, B, L, hd], padded to the longest
+        mask = slots.mask(spec.window)  # [B, L]
         out[rows] = decode_attention(q[rows], keys, values, mask, spec.scale, spec.softcap, sinks)  # -> [B, H*hd]
 
     def feed_forward(self, i: int, layer: dict, h):
@@ -292,7 +301,7 @@ class Model:
         if self.config.is_moe_layer(i):
             return moe_feed_forward(h, layer["mlp"], self.config, self.expert_load, i)
         if self.config.mlp == "swiglu":
-            return swiglu(h, layer["mlp"], self.config.activation)
+            return self.ops.swiglu(h, layer["mlp"], self.config.activation)
         return gelu_mlp(h, layer["mlp"], self.config.activation)
 
     def _plan_attention(self, chunks: list[SeqChunk], cache: KVCache) -> AttentionPlan:

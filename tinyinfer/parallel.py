@@ -39,7 +39,7 @@ import dataclasses
 
 import numpy as np
 
-from tinyinfer.backend import to_device, to_numpy
+from tinyinfer.backend import is_array, to_device, to_numpy
 from tinyinfer.distributed import Communicator
 from tinyinfer.errors import TinyInferError
 from tinyinfer.model import Model
@@ -182,11 +182,6 @@ class TensorParallelModel(CountsTokens, Model):
         if self.computes_logits:
             formula["all_gather"] = (self.rows * vocab * b, f"{self.rows} rows x V/n {vocab} x {b} B")
         return formula
-
-
-def is_array(a) -> bool:
-    """A NumPy or CuPy array (not a quantised weight's blocks)."""
-    return isinstance(a, np.ndarray) or type(a).__module__.startswith("cupy")
 
 
 def check_splittable(model: Model, n: int, split_experts: bool = True) -> None:

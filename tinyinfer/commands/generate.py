@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 
 import tinyinfer
-from tinyinfer.distribute import traffic_report
 from tinyinfer.commands.parallel_flags import add_parallel_arguments, connect_ranks, parallel_model, rank_zero_output
+from tinyinfer.distribute import traffic_report
 from tinyinfer.errors import TinyInferError
 from tinyinfer.kv_quant import KV_CACHE_DTYPES
 from tinyinfer.lora import load_adapter

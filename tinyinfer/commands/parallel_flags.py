@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 
+from tinyinfer.distribute import distribute
 from tinyinfer.distributed import DEFAULT_TIMEOUT_S, connect
 from tinyinfer.errors import TinyInferError
-from tinyinfer.distribute import distribute
 
 
 def add_parallel_arguments(parser) -> None:
@@ -55,4 +54,3 @@ def rank_zero_output(comm):
         return
     with open(os.devnull, "w") as devnull, contextlib.redirect_stdout(devnull), contextlib.redirect_stderr(devnull):
         yield
-    sys.stdout.flush()

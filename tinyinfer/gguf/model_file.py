@@ -66,24 +66,25 @@ class GGUFCheckpoint:
         return name in self._sources
 
     def shape(self, name: str) -> tuple[int, ...]:
-        return self._read(name, shape_only=True)
+        gguf_name, base, expert = self._source(name)
+        shape = self.gguf.tensors[gguf_name].shape
+        return self.layout.reshaped(base, shape if expert is None else shape[1:])  # an expert: [E, out, in] -> [out, in]
 
     def get(self, name: str, dtype=np.float32) -> np.ndarray:
-        return self._read(name).astype(dtype)
+        """The tensor `name` dequantised, re-laid out as the family's file has it, as `dtype` (a fresh array)."""
+        gguf_name, base, expert = self._source(name)
+        info = self.gguf.tensors[gguf_name]
+        rows = self.gguf.rows(gguf_name)  # [rows, bytes per row]
+        if expert is not None:  # one expert's rows only: [E * out, bytes] -> [out, bytes]
+            per_expert = rows.shape[0] // info.shape[0]
+            rows = rows[expert * per_expert:(expert + 1) * per_expert]
+        shape = info.shape if expert is None else info.shape[1:]
+        return self._relayout(base, dequantize(rows, info.type_name, shape)).astype(dtype)
 
-    def _read(self, name: str, shape_only: bool = False):
+    def _source(self, name: str) -> tuple[str, str, int | None]:
         if name not in self._sources:
             raise TinyInferError(f"{self.gguf.path} has no tensor for {name!r}")
-        gguf_name, base, expert = self._sources[name]
-        info = self.gguf.tensors[gguf_name]
-        shape = info.shape if expert is None else info.shape[1:]
-        if shape_only:
-            return self.layout.reshaped(base, shape)
-        rows = self.gguf.rows(gguf_name)  # [rows, bytes per row]
-        if expert is not None:
-            per_expert = rows.shape[0] // info.shape[0]
-            rows = rows[expert * per_expert:(expert + 1) * per_expert]  # one expert's rows only
-        return self._relayout(base, dequantize(rows, info.type_name, shape))
+        return self._sources[name]
 
     def _relayout(self, base: str, w: np.ndarray) -> np.ndarray:
         return w if self.layout.relayout is None else self.layout.relayout(base, w, self.hf_config)
