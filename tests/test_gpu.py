@@ -297,3 +297,15 @@ def test_gpu_engine_step_moves_ids_in_and_each_rows_choice_out():
             assert (runs[1].to_host_calls - runs[0].to_host_calls) / steps == 1
             per_step_in[name, temperature] = (runs[1].to_device_calls - runs[0].to_device_calls) / steps
     assert per_step_in["shakespeare", 0.0] == per_step_in["shakespeare-draft", 0.0] <= 12
+
+
+@pytest.mark.gpu
+def test_gpu_penalties_send_the_output_ids_not_a_vocabulary_of_counts():
+    """Presence and frequency penalties count the output on the device: per step, the ids cross (8 bytes each),
+    never a [vocab] array."""
+    if REAL_GPU:
+        pytest.skip("transfers are counted by the strict stand-in")
+    model = tinyinfer.load("shakespeare", device="cuda")
+    one, many = _transfers_per_token(model, 16, temperature=0.8, seed=1, frequency_penalty=0.5, presence_penalty=0.3,
+                                     repetition_penalty=1.2)
+    assert (many.to_device_bytes - one.to_device_bytes) / 15 < 4 * model.config.vocab_size / 2

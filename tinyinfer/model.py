@@ -66,9 +66,10 @@ class SeqChunk:
 
 @dataclass
 class AttentionPlan:
-    """How a forward pass attends, worked out once since it is the same in every layer: the row of each
+    """How a forward pass runs its layers, worked out once since it is the same in every layer: the row of each
     chunk's first token, the one-token chunks attended in batches (their rows and the cache's slots for
-    them, see `Model.decode_block`), and the chunks that take the loop one by one."""
+    them, see `Model.decode_block`), the chunks that take the loop one by one, and with LoRA adapters which
+    rows take which adapter."""
 
     first_rows: np.ndarray  # [n_chunks + 1]
     decode_groups: list[tuple]  # [(rows [B] on the device, the cache's DecodeSlots)]
