@@ -16,13 +16,20 @@ ROOT = Path(__file__).resolve().parents[1]
 # Real files made by others live beside the project, never inside it. A course workspace lives elsewhere,
 # so `course check` names the project's data folder in TINYINFER_SHARED_DATA.
 SHARED_DATA = Path(os.environ.get("TINYINFER_SHARED_DATA") or ROOT.parent / "shared" / "data")
+# CI sets it: there, absent data fails the tests that need it instead of skipping them (a skip would pass CI
+# with the engine, paged-cache and prefix-cache tests never run).
+REQUIRE_SHARED_DATA = os.environ.get("TINYINFER_REQUIRE_SHARED_DATA", "") not in ("", "0")
 
 
 def shared_data(relative: str) -> Path:
-    """Path to a file under ../shared/data/, or skip the test with the reason when it is absent."""
+    """Path to a file under ../shared/data/; when it is absent, skip the test with the reason, or fail it where
+    TINYINFER_REQUIRE_SHARED_DATA=1 (CI)."""
     path = SHARED_DATA / relative
     if not path.exists():
-        pytest.skip(f"real test data {path} is absent (it lives in ../shared/data/ beside the project)")
+        reason = f"real test data {path} is absent (it lives in ../shared/data/ beside the project)"
+        if REQUIRE_SHARED_DATA:
+            pytest.fail(f"{reason}; TINYINFER_REQUIRE_SHARED_DATA is set, so this is a failure", pytrace=False)
+        pytest.skip(reason)
     return path
 
 

@@ -339,18 +339,9 @@ def __getattr__(name):
 # cupy.cuda: streams, synchronisation and the device count, as counted no-ops
 # ---------------------------------------------------------------------------------------------------------------------
 
-class _Stream:
-    def synchronize(self) -> None:
-        transfers.synchronizes += 1
+class _Synchronizing:
+    """A stream or a device: `synchronize()` counts, and either works as a context manager."""
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-
-class _Device:
     def __init__(self, device_id: int = 0):
         self.id = device_id
 
@@ -365,9 +356,9 @@ class _Device:
 
 
 cuda = types.SimpleNamespace(
-    get_current_stream=lambda: _Stream(),
-    Stream=lambda non_blocking=False: _Stream(),
-    Device=_Device,
+    get_current_stream=_Synchronizing,
+    Stream=lambda non_blocking=False: _Synchronizing(),
+    Device=_Synchronizing,
     runtime=types.SimpleNamespace(getDeviceCount=lambda: 1),
     is_available=lambda: True,
 )

@@ -35,10 +35,10 @@ import safetensors.torch
 import torch
 import transformers
 from tiny_models import (
-    LOGITS_ATOL,
     MISTAKE_MIN,
     TINY_CONFIG,
     WINDOW,
+    assert_logits_equal_transformers,
     assert_logits_match_transformers,
     build_with_transformers,
     built_once,
@@ -316,4 +316,4 @@ def test_gpt_neox_hub_file_layout_loads(checkpoint, tmp_path):
     model = tinyinfer.load(folder)
     ids = prompt_ids(24)
     assert not model.config.tie_word_embeddings
-    np.testing.assert_allclose(model.logits(ids), hf_logits(folder, ids), rtol=0, atol=LOGITS_ATOL)
+    assert_logits_equal_transformers(model, folder, ids)

@@ -29,9 +29,10 @@ import tokenizers
 import transformers
 from conftest import shared_data
 from tiny_models import (
-    LOGITS_ATOL,
+    CAUGHT,
     TINY_CONFIG,
     WINDOW,
+    assert_logits_equal_transformers,
     assert_logits_match_transformers,
     build_with_transformers,
     built_once,
@@ -40,6 +41,7 @@ from tiny_models import (
     hf_logits,
     memory_test,
     mistake_distance,
+    parity_bound,
     parity_tests,
     prompt_ids,
     tiled_attention_calls,
@@ -126,7 +128,7 @@ MISTAKES = {
 @pytest.mark.parametrize("name, change", [(name, change) for name, changes in MISTAKES.items() for change in changes],
                          ids=lambda x: x if isinstance(x, str) else "-".join(x))
 def test_each_switch_matters(name, change, checkpoint):
-    assert mistake_distance(checkpoint(name), change) > 10 * LOGITS_ATOL
+    assert mistake_distance(checkpoint(name), change) > CAUGHT * parity_bound(checkpoint(name), prompt_ids(24))
 
 
 # A loader mistake each file layout invites, reproduced on the loaded parameters of one layer dict
@@ -141,7 +143,7 @@ SWAPS = {
 @pytest.mark.parametrize("name", SWAPS)
 def test_tensors_read_under_the_wrong_names_move_the_logits_far(name, checkpoint):
     swapped = lambda params, cfg: dict(params, layers=[SWAPS[name](layer) for layer in params["layers"]])
-    assert mistake_distance(checkpoint(name), {}, swapped) > 10 * LOGITS_ATOL
+    assert mistake_distance(checkpoint(name), {}, swapped) > CAUGHT * parity_bound(checkpoint(name), prompt_ids(24))
 
 
 test_memory_arithmetic_counts_every_parameter = memory_test(VARIANTS)
@@ -170,9 +172,9 @@ def test_phi3_longrope_holds_up_to_its_switch_and_refuses_beyond(checkpoint):
     model = tinyinfer.load(folder)
     ids = prompt_ids(ORIGINAL_CONTEXT + 1, seed=9)
     assert model.config.max_seq_len == ORIGINAL_CONTEXT
-    np.testing.assert_allclose(model.logits(ids[:-1]), hf_logits(folder, ids[:-1]), rtol=0, atol=LOGITS_ATOL)
+    assert_logits_equal_transformers(model, folder, ids[:-1])
     switched = hf_logits(folder, ids)[:-1]  # the same positions, now with the long factors
-    assert np.abs(switched - hf_logits(folder, ids[:-1])).max() > 10 * LOGITS_ATOL
+    assert np.abs(switched - hf_logits(folder, ids[:-1])).max() > CAUGHT * parity_bound(folder, ids[:-1])
     with pytest.raises(TinyInferError, match=f"beyond the context window of {ORIGINAL_CONTEXT} tokens .longrope runs "
                        "here in its short-sequence regime only"):
         model.logits(ids)

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from conftest import ROOT, shared_data
 from safetensors import safe_open
-from tiny_models import hf_greedy, hf_logits
+from tiny_models import assert_logits_equal_transformers, hf_greedy
 from tokenizers import Tokenizer as HFTokenizer
 
 import tinyinfer
@@ -27,14 +27,13 @@ from tinyinfer.resolve import BUILTIN_DIR, DEFAULT_MODEL, builtin_models
 
 NAMES = ["shakespeare", "shakespeare-draft", "shakespeare-moe"]
 FILES = ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "generation_config.json", "README.md"]
-LOGITS_ATOL = 1e-4
 PROMPT = "ROMEO:\nBut soft, what light through yonder window breaks?"
 
 
 def folder_of(name: str) -> Path:
     folder = builtin_models().get(name)
     if folder is None:
-        pytest.skip(f"built-in model {name} is absent from {BUILTIN_DIR} (weights_scripts/train_builtin.py trains it)")
+        pytest.fail(f"built-in model {name} is absent from {BUILTIN_DIR} (weights_scripts/train_builtin.py trains it)")
     return folder
 
 
@@ -71,7 +70,7 @@ def test_logits_and_greedy_text_match_transformers(name):
     folder = folder_of(name)
     model = tinyinfer.load(name)
     ids = model.tokenizer.encode(PROMPT)
-    np.testing.assert_allclose(model.logits(ids), hf_logits(folder, ids), rtol=0, atol=LOGITS_ATOL)
+    assert_logits_equal_transformers(model, folder, ids)
     ours = model.generate(ids, max_tokens=24, temperature=0.0, ignore_eos=True)
     assert list(ours.token_ids) == hf_greedy(folder, ids, 24)
 

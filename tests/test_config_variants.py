@@ -32,16 +32,18 @@ import pytest
 import torch
 import transformers
 from safetensors.numpy import load_file, save_file
+from tolerances import assert_close, logits_bound
 from tiny_models import (
-    CACHE_ATOL,
-    LOGITS_ATOL,
+    CAUGHT,
     ROOT,
     _import_script,
+    assert_logits_equal_transformers,
     built_once,
     float64_model,
     hf_greedy,
     hf_logits,
     make_tiny_models,
+    parity_bound,
     parity_tests,
     prompt_ids,
 )
@@ -185,7 +187,8 @@ def test_batched_decode_through_the_paged_cache_equals_full_recompute(name, chec
                           cache) for step in range(5)]  # 5 x [3, V]
     for i, prompt in enumerate(prompts):
         decoded = np.stack([step[i] for step in steps])  # [5, V]
-        np.testing.assert_allclose(decoded, wide.logits(prompt)[-5:], rtol=0, atol=CACHE_ATOL)
+        full = wide.logits(prompt)  # [n, V]
+        assert_close(decoded, full[-5:], logits_bound(wide.config, full, dtype=np.float64, own_angles=False))
 
 
 @pytest.mark.parametrize("arch, fields", [
@@ -197,12 +200,12 @@ def test_logits_match_transformers_on_a_long_prompt(arch, fields, tmp_path):
     """YaRN's frequencies and the window far from position 0 (test_parity_hf.py explains the float32 angles)."""
     folder = make_tiny_models.build_tiny_checkpoint(arch, tmp_path / arch, max_position_embeddings=512, **fields)
     ids = prompt_ids(300, seed=7)
-    np.testing.assert_allclose(tinyinfer.load(folder).logits(ids), hf_logits(folder, ids), rtol=0, atol=LOGITS_ATOL)
+    assert_logits_equal_transformers(tinyinfer.load(folder), folder, ids)
 
 
 # What each variant guards against: a Config change that reproduces a mistake (the one tinyinfer made before,
-# where it made one). Each must move the logits well past the tolerance (10x; the exact and the tanh GELU differ
-# least, by ~1e-3), or the variant would not catch it.
+# where it made one). Each must move the logits well past the rounding bound (CAUGHT x; the exact and the tanh GELU
+# differ least, by ~1e-3), or the variant would not catch it.
 MISTAKES = {
     "gpt2_gelu_erf": {"activation": "gelu_tanh"},  # the tanh approximation instead of the exact GELU
     "llama_rope_yarn": {"rope_scaling": None},  # plain RoPE
@@ -226,7 +229,7 @@ def test_each_variant_catches_its_mistake(name, checkpoint):
         change["rope_scaling"] = {**model.config.rope_scaling, **rope_change}
     mistaken = Model(dataclasses.replace(model.config, **change), model.params)
     ids = prompt_ids(20)
-    assert np.abs(mistaken.logits(ids) - hf_logits(folder, ids)).max() > 10 * LOGITS_ATOL
+    assert np.abs(mistaken.logits(ids) - hf_logits(folder, ids)).max() > CAUGHT * parity_bound(folder, ids)
 
 
 @pytest.mark.parametrize("model_type", HF_DEFAULTS)
@@ -338,7 +341,7 @@ def test_a_tied_file_holding_an_equal_head_stays_tied(checkpoint, tmp_path):
     model = tinyinfer.load(folder)
     assert model.config.tie_word_embeddings
     ids = prompt_ids(20)
-    np.testing.assert_allclose(model.logits(ids), hf_logits(folder, ids), rtol=0, atol=LOGITS_ATOL)
+    assert_logits_equal_transformers(model, folder, ids)
 
 
 @pytest.mark.parametrize("name, embed", [("llama_mlp_bias", "model.embed_tokens.weight"), ("gpt2", "transformer.wte.weight")])
@@ -350,7 +353,7 @@ def test_a_tied_file_holding_the_table_only_as_its_head_loads(name, embed, check
     tensors["lm_head.weight"] = tensors.pop(embed)
     save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
     ids = prompt_ids(20)
-    np.testing.assert_allclose(tinyinfer.load(folder).logits(ids), hf_logits(folder, ids), rtol=0, atol=LOGITS_ATOL)
+    assert_logits_equal_transformers(tinyinfer.load(folder), folder, ids)
 
 
 @pytest.mark.parametrize("file", ["config.json", "model.safetensors.index.json"])

@@ -20,13 +20,12 @@ import numpy as np
 import pytest
 import tiny_models
 import torch
-from tiny_models import VARIANTS, hf_logits, hf_model, prompt_ids, variant_dtype
+from tiny_models import VARIANTS, assert_logits_equal_transformers, hf_logits, hf_model, prompt_ids, variant_dtype
 
 import tinyinfer
 
 tiny_checkpoint = tiny_models.tiny_checkpoint  # the session fixture, made usable in this module
 LOW_PRECISION_VARIANTS = [name for name in VARIANTS if variant_dtype(name) != "float32"]
-LOGITS_ATOL = 1e-4
 FP16_ERROR_RATIO = 2.0
 
 
@@ -36,7 +35,7 @@ def test_low_precision_checkpoint_matches_transformers_in_float32(name, tiny_che
     model = tinyinfer.load(folder)
     assert model.config.torch_dtype == variant_dtype(name)
     ids = prompt_ids(20)
-    np.testing.assert_allclose(model.logits(ids), hf_logits(folder, ids), rtol=0, atol=LOGITS_ATOL)
+    assert_logits_equal_transformers(model, folder, ids)
 
 
 @pytest.mark.parametrize("name", LOW_PRECISION_VARIANTS)

@@ -27,8 +27,9 @@ import numpy as np
 import pytest
 import torch
 import transformers
-from tiny_models import (assert_cached_decode_equals_full_recompute, built_once, hf_greedy, hf_logits, make_tiny_models,
-                         prompt_ids, tiled_attention_calls)
+from tiny_models import (CAUGHT, assert_cached_decode_equals_full_recompute, assert_logits_equal_transformers,
+                         built_once, hf_greedy, hf_logits, make_tiny_models, parity_bound, prompt_ids,
+                         tiled_attention_calls)
 
 import tinyinfer
 import tinyinfer.model
@@ -39,7 +40,6 @@ from tinyinfer.memory import param_count
 from tinyinfer.model import Model
 from tinyinfer.sampling import SamplingParams
 
-LOGITS_ATOL = 1e-4  # against transformers (see test_parity_hf.py)
 WINDOW = 6  # keys; far shorter than the prompts
 
 TEXT = dict(vocab_size=make_tiny_models.VOCAB_SIZE, hidden_size=48, intermediate_size=96, num_hidden_layers=5,
@@ -103,14 +103,12 @@ def checkpoint(tmp_path_factory):
     return built_once(tmp_path_factory.mktemp("gemma3"), build_variant)
 
 
-def max_diff(folder, ids) -> float:
-    return float(np.abs(tinyinfer.load(folder).logits(ids) - hf_logits(folder, ids)).max())
 
 
 @pytest.mark.parametrize("name", VARIANTS)
 def test_logits_match_transformers_at_every_position(name, checkpoint):
     """A bf16 file is read exactly (bf16 widens to float32 without rounding), so it meets the float32 bound too."""
-    assert max_diff(checkpoint(name), prompt_ids(24)) < LOGITS_ATOL
+    assert_logits_equal_transformers(tinyinfer.load(checkpoint(name)), checkpoint(name), prompt_ids(24))
 
 
 def test_transformers_reads_the_layers_and_ropes_as_tinyinfer_does(checkpoint):
@@ -154,7 +152,8 @@ def test_tiled_prefill_matches_transformers(checkpoint, monkeypatch):
     """The long-prompt path (`tiled_attention`), forced on a 40-token prompt with 8-position tiles, so that key
     tiles before the window are skipped on the sliding layers."""
     calls = tiled_attention_calls(monkeypatch)
-    assert max_diff(checkpoint("gemma3_linear"), prompt_ids(40, seed=8)) < LOGITS_ATOL
+    folder = checkpoint("gemma3_linear")
+    assert_logits_equal_transformers(tinyinfer.load(folder), folder, prompt_ids(40, seed=8))
     assert [c["window"] for c in calls] == [WINDOW, WINDOW, None, WINDOW, WINDOW]  # every layer, its own window
 
 
@@ -166,7 +165,7 @@ def with_qk_gains_read_as_plain_weights(params: dict) -> dict:
     return dict(params, layers=[mistaken(layer) for layer in params["layers"]])
 
 
-# Each switch undone must move the logits at least 10x the tolerance, or the variant would not catch a loader
+# Each switch undone must move the logits at least CAUGHT x the rounding bound, or the variant would not catch a loader
 # that forgot it: (variant, a Config change, a change of the loaded parameters)
 MISTAKES = {
     "local_theta_is_the_global_one": ("gemma3", {"local_rope_theta": None}, None),
@@ -190,7 +189,7 @@ def test_each_switch_matters(mistake, checkpoint):
     params = change_params(model.params) if change_params else model.params
     mistaken = Model(dataclasses.replace(model.config, **change), params)
     ids = prompt_ids(24)
-    assert np.abs(mistaken.logits(ids) - hf_logits(folder, ids)).max() > 10 * LOGITS_ATOL
+    assert np.abs(mistaken.logits(ids) - hf_logits(folder, ids)).max() > CAUGHT * parity_bound(folder, ids)
 
 
 def test_the_tiny_checkpoint_has_both_ropes_and_both_kinds_of_layer(checkpoint):

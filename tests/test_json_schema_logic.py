@@ -342,3 +342,9 @@ def test_one_of_overlapping_branches_as_each_minus_the_others():
           ["a", "xy", "ba"], ["ab", "abc", "zz", "", "b"])
     with pytest.raises(TinyInferError, match="neither is expressible minus the other"):
         schema_to_grammar({"oneOf": [{"type": "integer"}, {"multipleOf": 3}]})
+
+
+@pytest.mark.parametrize("schema", [{"enum": ["a", "bb", 3]}, {"type": "string", "enum": ["a", "bb", "ccc"], "maxLength": 2}])
+def test_every_enum_value_is_allowed(schema):
+    """Each listed value (that the other keywords allow), and nothing else."""
+    agrees(schema, ["a", "bb", "ccc", 3, 4, "b", None])

@@ -76,3 +76,11 @@ def test_an_unsatisfiable_one_of_is_refused_as_empty():
     """Both branches say "no x", so no value is in exactly one."""
     with pytest.raises(TinyInferError, match="JSON schema at #"):
         schema_to_grammar({"oneOf": [{"not": {"required": ["x"]}}, {"dependencies": {"x": False}}]})
+
+
+@pytest.mark.parametrize("keys", [{}, {"patternProperties": {"^x": {"type": "integer"}}}], ids=["properties", "patterns"])
+def test_required_keys_must_appear(keys):
+    """Declared properties alone, and with key patterns (the object walk of json_schema_objects.py)."""
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a"],
+              **keys}
+    agrees(schema, [{}, {"a": 1}, {"b": 2}, {"a": 1, "b": 2}, {"b": 2, "a": 1}, {"x1": 3}, {"a": 1, "x1": 3}])

@@ -107,3 +107,9 @@ def test_large_string_products_agree_with_jsonschema():
                        for _ in range(rng.randint(12, 30)))
         values.append(rng.choice(["", "a0", "c1d3a0"]) + body + rng.choice(["t8t8", "8t", "t8t8t8", ""]))
     agrees(schema, values)
+
+
+@pytest.mark.parametrize("schema", [{"type": "string", "minLength": 2}, {"type": "string", "minLength": 2, "maxLength": 3}])
+def test_a_plain_strings_length_bounds(schema):
+    """minLength and maxLength alone (no pattern or format): the plain string rule, not the automaton."""
+    agrees(schema, STRINGS[:40] + OTHERS)

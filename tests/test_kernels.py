@@ -120,3 +120,76 @@ def test_the_forward_pass_runs_the_models_chosen_ops():
     for step, op in wrong.items():
         model.ops = dataclasses.replace(PLAIN_OPS, **{step: op})
         assert np.abs(model.logits(ids) - reference).max() > 1e-3, step
+
+
+# --- the paged-attention kernel -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("q_dtype, kv_dtype", [("float32", "float32"), ("float32", "float16"), ("float16", "float16")])
+def test_the_paged_attention_kernel_compiles(q_dtype, kv_dtype, tmp_path):
+    """The CUDA source for each dtype pair compiles with nvcc (where the CUDA toolkit is installed: it runs on a
+    real GPU only, in test_gpu_paged_attention_kernel_equals_the_array_code)."""
+    import shutil  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+
+    from tinyinfer.kernels import paged_attention_source  # noqa: PLC0415
+
+    nvcc = shutil.which("nvcc") or shutil.which("/usr/local/cuda/bin/nvcc")
+    if nvcc is None:
+        pytest.skip("nvcc (the CUDA toolkit) is not installed")
+    source = tmp_path / "paged.cu"
+    source.write_text(paged_attention_source(q_dtype, kv_dtype))
+    run = subprocess.run([nvcc, "-c", "-o", str(tmp_path / "paged.o"), str(source)], capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name, kv_cache_dtype", [("shakespeare", "auto"), ("shakespeare", "float16")])
+def test_gpu_paged_attention_kernel_equals_the_array_code(name, kv_cache_dtype):
+    """The engine with kernels="fused" (the paged-attention kernel on a GPU) against the plain engine: the same
+    greedy tokens."""
+    if not REAL_GPU:
+        pytest.skip("the kernel is CUDA C: it runs on a real GPU only (the stand-in keeps the array code)")
+    import tinyinfer  # noqa: PLC0415
+    from tinyinfer.engine import LLM  # noqa: PLC0415
+
+    prompts = ["ROMEO:", "JULIET:\nO Romeo, Romeo", "KING:\n" * 20]
+    params = tinyinfer.SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True)
+    plain, fused = (tinyinfer.load(name, device="cuda", kv_cache_dtype=kv_cache_dtype, kernels=k)
+                    for k in ("plain", "fused"))
+    assert fused.ops.paged_attention is not None
+    assert [o.token_ids for o in LLM(fused).generate(prompts, params)] == \
+        [o.token_ids for o in LLM(plain).generate(prompts, params)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("window, softcap, with_sinks", [(None, None, False), (5, None, False), (None, 30.0, True)])
+def test_gpu_paged_attention_kernel_equals_decode_attention(window, softcap, with_sinks):
+    """The kernel against attention.decode_attention on the gathered blocks: random pools, block tables in
+    shuffled order, sequences of different lengths, GQA; within the float32 bound of a sum over max(L, hd) terms."""
+    if not REAL_GPU:
+        pytest.skip("the kernel is CUDA C: it runs on a real GPU only (the stand-in keeps the array code)")
+    import types  # noqa: PLC0415
+
+    from tinyinfer.attention import decode_attention, decode_mask  # noqa: PLC0415
+    from tinyinfer.config import AttentionSpec  # noqa: PLC0415
+    from tinyinfer.kernels import paged_decode_attention  # noqa: PLC0415
+    from tolerances import rounding_bound  # noqa: PLC0415
+
+    cp, rng = get_xp("cuda"), np.random.default_rng(5)
+    B, H, KV, hd, N, bs = 3, 8, 2, 64, 12, 4
+    lengths = np.array([1, 9, 15])
+    n = -(-int(lengths.max()) // bs)
+    tables = np.stack([rng.permutation(N)[:n] for _ in range(B)])  # [B, n]
+    k_pool, v_pool = (rng.standard_normal((KV, N, bs, hd)).astype(np.float32) for _ in range(2))
+    q = rng.standard_normal((B, H, hd)).astype(np.float32)
+    sinks = rng.standard_normal(H).astype(np.float32) if with_sinks else None
+    spec = AttentionSpec(scale=hd**-0.5, softcap=softcap, window=window)
+    slots = types.SimpleNamespace(tables=cp.asarray(tables), lengths_on_device=lambda: cp.asarray(lengths))
+    ours = paged_decode_attention(cp, cp.asarray(q), cp.asarray(k_pool), cp.asarray(v_pool), slots, spec,
+                                  None if sinks is None else cp.asarray(sinks))
+    gather = lambda pool: pool[:, tables].reshape(KV, B, n * bs, hd)  # [KV, B, n*bs, hd]
+    theirs = decode_attention(q, gather(k_pool), gather(v_pool), decode_mask(lengths, n * bs, window),
+                              spec.scale, softcap, sinks)
+    bound = rounding_bound(np.float32, float(np.abs(v_pool).max()), max(n * bs, hd), depth=2)
+    np.testing.assert_allclose(to_numpy(ours), theirs, rtol=0, atol=bound)

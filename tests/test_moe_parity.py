@@ -26,14 +26,13 @@ from tinyinfer.errors import TinyInferError
 from tinyinfer.model import Model, SeqChunk
 from tinyinfer.param_tree import map_arrays
 from tinyinfer.moe import track_routing
-from tiny_models import ROOT, _import_script, built_once, hf_greedy, hf_logits, hf_model, prompt_ids, tiny_checkpoint  # noqa: F401
+from tolerances import assert_close, logits_bound
+from tiny_models import ROOT, _import_script, assert_logits_equal_transformers, built_once, hf_greedy, hf_logits, hf_model, prompt_ids, tiny_checkpoint  # noqa: F401
 
 make_tiny_moe_models = _import_script(ROOT / "weights_scripts" / "make_tiny_moe_models.py")
 VARIANTS = make_tiny_moe_models.VARIANTS
 FP32_VARIANTS = [name for name, (_, _, options) in VARIANTS.items() if options.get("dtype", "float32") == "float32"]
 HALF_VARIANTS = [name for name in VARIANTS if name not in FP32_VARIANTS]
-LOGITS_ATOL = 1e-4
-CACHE_ATOL = 1e-5
 
 
 @pytest.fixture(scope="session")
@@ -52,8 +51,7 @@ def variant(request, moe_checkpoint):
 def test_logits_match_transformers_at_every_position(variant):
     folder, model = variant
     ids = prompt_ids(20)
-    ours = model.logits(ids)
-    np.testing.assert_allclose(ours, hf_logits(folder, ids), rtol=0, atol=LOGITS_ATOL)
+    assert_logits_equal_transformers(model, folder, ids)
 
 
 def _run_cached(model, ids):
@@ -66,19 +64,16 @@ def _run_cached(model, ids):
 
 
 def test_cached_decode_equals_full_recompute(variant):
-    """Cached == recompute within 1e-5, checked in float64 (tinyinfer's model code runs in any float dtype).
-
-    Why not float32: with these wide random weights, float32 rounding alone moves MoE logits by up to ~4e-5
-    from a float64 run, both with and without the cache, since per-expert matrix products of 1, 5 or 20 rows
-    round differently; the two float32 paths then differ by up to ~1.5e-5, rounding noise above 1e-5. In
-    float64 they agree to ~1e-12, so 1e-5 leaves no room for a cache error. The float32 cached path is held
-    to transformers' logits instead (1e-4, like the full pass).
-    """
+    """Cached == recompute within float64's rounding bound (tests/tolerances.py; tinyinfer's model code runs in any
+    float dtype), so no cache error hides in float32 rounding noise; the float32 cached path is held to
+    transformers' logits within float32's bound, like the full pass."""
     folder, model = variant
     ids = prompt_ids(20, seed=1)
     wide = Model(model.config, map_arrays(model.params, lambda a: a.astype(np.float64)), dtype=np.float64)
-    np.testing.assert_allclose(_run_cached(wide, ids), wide.logits(ids), rtol=0, atol=CACHE_ATOL)
-    np.testing.assert_allclose(_run_cached(model, ids), hf_logits(folder, ids), rtol=0, atol=LOGITS_ATOL)
+    full = wide.logits(ids)  # [20, V]
+    assert_close(_run_cached(wide, ids), full, logits_bound(model.config, full, dtype=np.float64, own_angles=False))
+    theirs = hf_logits(folder, ids)
+    assert_close(_run_cached(model, ids), theirs, logits_bound(model.config, theirs))
 
 
 def test_greedy_tokens_match_transformers_generate(variant):
@@ -93,7 +88,7 @@ def test_half_precision_files_match_transformers(name, moe_checkpoint):
     """fp16/bf16 files widen exactly to float32: the same logits as transformers computing in float32."""
     folder = moe_checkpoint(name)
     ids = prompt_ids(20, seed=7)
-    np.testing.assert_allclose(tinyinfer.load(folder).logits(ids), hf_logits(folder, ids), rtol=0, atol=LOGITS_ATOL)
+    assert_logits_equal_transformers(tinyinfer.load(folder), folder, ids)
 
 
 @pytest.mark.exercise("7.3")
@@ -103,7 +98,7 @@ def test_shared_expert_is_needed_for_qwen2_moe_parity(moe_checkpoint):
     model = tinyinfer.load(folder)
     ids = prompt_ids(20, seed=8)
     reference = hf_logits(folder, ids)
-    np.testing.assert_allclose(model.logits(ids), reference, rtol=0, atol=LOGITS_ATOL)
+    assert_close(model.logits(ids), reference, logits_bound(model.config, reference))
     for layer in model.params["layers"]:
         layer["mlp"].pop("shared")
     assert np.abs(model.logits(ids) - reference).max() > 0.1
@@ -117,7 +112,7 @@ def test_routing_with_busy_and_idle_experts(moe_checkpoint):
         model = tinyinfer.load(folder)
         stats = track_routing(model)
         ids = prompt_ids(n_tokens, seed=9)
-        np.testing.assert_allclose(model.logits(ids), hf_logits(folder, ids), rtol=0, atol=LOGITS_ATOL)
+        assert_logits_equal_transformers(model, folder, ids)
         k = model.config.n_experts_per_tok
         assert (stats.tokens.sum(axis=1) == n_tokens * k).all()
         if name == "mixtral":
@@ -161,7 +156,7 @@ def test_fused_expert_file_layout(moe_checkpoint, tmp_path):
         assert any(key.endswith("experts.gate_up_proj") for key in state)
         save_file(state, folder / "model.safetensors", metadata={"format": "pt"})
         ids = prompt_ids(20, seed=11)
-        np.testing.assert_allclose(tinyinfer.load(folder).logits(ids), hf_logits(source, ids), rtol=0, atol=LOGITS_ATOL)
+        assert_logits_equal_transformers(tinyinfer.load(folder), source, ids)
 
 
 # -- bad checkpoints ----------------------------------------------------------------------------------------------
@@ -274,11 +269,11 @@ def test_builtin_shakespeare_moe_matches_transformers():
 
     folder = builtin_models().get("shakespeare-moe")
     if folder is None:
-        pytest.skip("the built-in shakespeare-moe model is not installed (weights_scripts/train_builtin.py trains it)")
+        pytest.fail("the built-in shakespeare-moe model is not installed (weights_scripts/train_builtin.py trains it)")
     model = tinyinfer.load("shakespeare-moe")
     assert model.config.model_type == "mixtral" and model.config.n_experts > 1
     ids = model.tokenizer.encode("ROMEO:\nBut soft, what light through yonder window breaks?")
-    np.testing.assert_allclose(model.logits(ids), hf_logits(folder, ids), rtol=0, atol=LOGITS_ATOL)
+    assert_logits_equal_transformers(model, folder, ids)
     result = model.generate(ids, max_tokens=32, temperature=0.0, ignore_eos=True)
     assert list(result.token_ids) == hf_greedy(folder, ids, 32)
 
@@ -286,11 +281,13 @@ def test_builtin_shakespeare_moe_matches_transformers():
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", ["mixtral_16_experts", "qwen2_moe", "olmoe"])
 def test_gpu_moe_logits_and_routing_match_cpu(moe_checkpoint, name):
-    """The same routing and dispatch on CuPy: logits within 1e-4 of the CPU, identical expert loads."""
+    """The same routing and dispatch on CuPy: logits within float32's rounding bound of the CPU's, identical expert
+    loads."""
     folder, ids = moe_checkpoint(name), prompt_ids(20, seed=12)
     cpu, gpu = tinyinfer.load(folder), tinyinfer.load(folder, device="cuda")
     cpu_stats, gpu_stats = track_routing(cpu), track_routing(gpu)
-    np.testing.assert_allclose(gpu.logits(ids), cpu.logits(ids), rtol=0, atol=LOGITS_ATOL)
+    reference = cpu.logits(ids)  # [20, V]
+    assert_close(gpu.logits(ids), reference, logits_bound(cpu.config, reference))
     assert (gpu_stats.tokens == cpu_stats.tokens).all()
     assert gpu.generate(ids, max_tokens=16, temperature=0.0, ignore_eos=True).token_ids == \
         cpu.generate(ids, max_tokens=16, temperature=0.0, ignore_eos=True).token_ids

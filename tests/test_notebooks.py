@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-nbformat = pytest.importorskip("nbformat")
-nbclient = pytest.importorskip("nbclient")
+import nbclient  # dev dependencies: missing is a failure, not a skip
+import nbformat
 
 from tinyinfer.course import figures  # noqa: E402
 

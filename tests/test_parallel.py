@@ -11,6 +11,7 @@ import tinyinfer
 from tinyinfer.distributed import run_ranks
 from tinyinfer.parallel import TensorParallelModel
 
+from tolerances import assert_close, logits_bound
 from tiny_models import TINY_CONFIG, build_with_transformers, prompt_ids, tiny_checkpoint  # noqa: F401 - a fixture
 
 
@@ -20,9 +21,9 @@ def split_logits(model, n: int, ids: list[int]) -> list[np.ndarray]:
 
 
 def assert_split_logits_match(model, n: int, ids: list[int]) -> None:
-    whole = model.logits(ids)
-    for logits in split_logits(model, n, ids):
-        np.testing.assert_allclose(logits, whole, atol=1e-4)
+    whole = model.logits(ids)  # [T, V]
+    for logits in split_logits(model, n, ids):  # the shards' sums add up in another order: float32 rounding
+        assert_close(logits, whole, logits_bound(model.config, whole, own_angles=False))
 
 
 @pytest.mark.exercise("14.1", "14.2")

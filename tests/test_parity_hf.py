@@ -93,7 +93,7 @@ def test_cached_decode_equals_full_recompute(variant):
     prefill = model.forward([SeqChunk(0, 0, ids[:6])], cache, all_logits=True)  # [6, V]
     chunk = model.forward([SeqChunk(0, 6, ids[6:11])], cache, all_logits=True)  # [5, V]
     steps = [model.forward([SeqChunk(0, pos, ids[pos : pos + 1])], cache)[0] for pos in range(11, 20)]  # 9 x [V]
-    assert_close(np.concatenate([prefill, chunk, np.stack(steps)]), full, logits_bound(model.config, full))
+    assert_close(np.concatenate([prefill, chunk, np.stack(steps)]), full, logits_bound(model.config, full, own_angles=False))
 
 
 def test_last_token_logits_without_all_logits(variant):
@@ -114,7 +114,7 @@ def test_two_sequences_in_one_batch_equal_each_alone(variant):
     full_a, full_b = model.logits(a), model.logits(b)
     cache = model.new_cache(max_seqs=2)
     prefill = model.forward([SeqChunk(0, 0, a[:12]), SeqChunk(1, 0, b[:9])], cache, all_logits=True)  # [21, V]
-    bound = logits_bound(model.config, np.concatenate([full_a, full_b]), positions=len(a))
+    bound = logits_bound(model.config, np.concatenate([full_a, full_b]), positions=len(a), own_angles=False)
     assert_close(prefill[:12], full_a[:12], bound)
     assert_close(prefill[12:], full_b[:9], bound)
     # sequence 1 first this time: slots are found by seq_id, not by position in the batch

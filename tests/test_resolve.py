@@ -136,7 +136,7 @@ def test_local_paths_are_returned_as_they_are(tmp_path, tiny_checkpoint):
 def test_built_in_names_and_the_default(hf_home):
     models = builtin_models()
     if not models:
-        pytest.skip(f"no built-in model in {BUILTIN_DIR} (weights_scripts/train_builtin.py trains them)")
+        pytest.fail(f"no built-in model in {BUILTIN_DIR} (weights_scripts/train_builtin.py trains them)")
     assert DEFAULT_MODEL in models
     assert resolve_model() == resolve_model(DEFAULT_MODEL) == BUILTIN_DIR / DEFAULT_MODEL
     assert all(resolve_model(name) == folder for name, folder in models.items())

@@ -20,9 +20,7 @@ from tinyinfer.errors import TinyInferError
 from tinyinfer.generation import generate
 from tinyinfer.sampling import log_softmax
 
-tokenizer_module = pytest.importorskip("tinyinfer.tokenizer")
-if not hasattr(tokenizer_module, "StreamingDetokenizer"):
-    pytest.skip("tinyinfer.tokenizer.StreamingDetokenizer is not there yet", allow_module_level=True)
+from tinyinfer.tokenizer import StreamingDetokenizer, Tokenizer  # noqa: F401 - a renamed export fails here, loudly
 
 SCRIPT = "Hello world. The answer is ### and then caf\u00e9 🦙### more text after the stop"
 EOS = 50256
@@ -59,7 +57,7 @@ class ScriptedModel:
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    return tokenizer_module.Tokenizer.from_file(shared_data("tokenizers/gpt2/tokenizer.json"))
+    return Tokenizer.from_file(shared_data("tokenizers/gpt2/tokenizer.json"))
 
 
 @pytest.fixture
@@ -182,7 +180,8 @@ def test_defaults_come_from_generation_config(model):
 
 # --- a real checkpoint and the command line -----------------------------------------------------------------------
 
-tiny_models = pytest.importorskip("tiny_models")
+import tiny_models  # noqa: E402 - the tiny checkpoints need transformers: a dev dependency, never skipped
+
 tiny_checkpoint = tiny_models.tiny_checkpoint
 
 
@@ -278,9 +277,7 @@ def _feeder(lines):
 
 @pytest.fixture
 def structured_output():
-    constrain = pytest.importorskip("tinyinfer.constrain")
-    if not hasattr(constrain, "build_constraint"):
-        pytest.skip("tinyinfer.constrain.build_constraint is not there yet")
+    from tinyinfer.constrain import build_constraint  # noqa: F401, PLC0415 - renamed: a failure, not a skip
 
 
 def test_cli_choice_and_regex_constrain_every_sample(structured_output, tiny_checkpoint, capsys):

@@ -63,3 +63,27 @@ def test_apply_merges_matches_textbook_loop(case):
 def test_apply_merges_equal_ranks_go_leftmost():
     ranks = {(1, 1): (0, 2)}
     assert apply_merges([1, 1, 1], ranks.get) == reference_apply_merges([1, 1, 1], ranks) == [2, 1]
+
+
+def test_a_repeated_merge_pair_takes_its_last_rank_as_hf_tokenizers_does():
+    """A merges list may hold one pair twice (hand-edited or concatenated files): the later rank wins. Here "a b"
+    comes first and again after "b c", so on "abc" the later rank lets "b c" merge first."""
+    from tokenizers import models  # noqa: PLC0415 - the reference
+
+    from tinyinfer.tokenizer.bpe import BPE  # noqa: PLC0415
+
+    vocab = {"a": 0, "b": 1, "c": 2, "ab": 3, "bc": 4}
+    merges = [("a", "b"), ("b", "c"), ("a", "b")]
+    theirs = [t.id for t in models.BPE(vocab, merges).tokenize("abc")]
+    assert theirs == [0, 4]  # a, bc: the last rank of "a b" (2) comes after "b c" (1)
+    assert BPE(vocab, merges).encode_word("abc") == theirs
+    assert BPE(vocab, merges[:2]).encode_word("abc") == [3, 2]  # without the repeat "a b" merges first
+
+
+def test_a_stale_heap_entry_is_skipped_not_merged_early():
+    """a b c d with merges b+c (rank 0), a+b (1), bc+d (2), a+bc (3): merging b+c leaves the entry for a+b at
+    position 0 in the heap, now standing for a+bc; taken at rank 1 it would merge a+bc before bc+d (rank 2)."""
+    a, b, c, d, bc, ab, bcd, abc = range(8)
+    ranks = {(b, c): (0, bc), (a, b): (1, ab), (bc, d): (2, bcd), (a, bc): (3, abc)}
+    assert reference_apply_merges([a, b, c, d], ranks) == [a, bcd]
+    assert apply_merges([a, b, c, d], ranks.get) == [a, bcd]

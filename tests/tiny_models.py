@@ -30,6 +30,7 @@ from tinyinfer.memory import param_count
 from tinyinfer.model import Model, SeqChunk
 from tinyinfer.param_tree import map_arrays
 from tinyinfer.sampling import SamplingParams
+from tolerances import assert_close, logits_bound
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -140,14 +141,24 @@ def hf_greedy(folder: Path, ids: list[int], max_new_tokens: int) -> list[int]:
     return out[0, len(ids):].tolist()
 
 
-LOGITS_ATOL = 1e-4  # tinyinfer's float32 logits against transformers' (see test_parity_hf.py)
+CAUGHT = 3  # a mistake moves some logit past CAUGHT x the parity bound: the parity tests fail on every machine
+
+
+def parity_bound(folder, ids: list[int]) -> float:
+    """The float32 rounding bound (tests/tolerances.py) of tinyinfer's logits of `ids` against transformers'."""
+    return logits_bound(tinyinfer.load(folder).config, hf_logits(folder, ids))
+
+
+def assert_logits_equal_transformers(model, folder, ids: list[int]) -> None:
+    """`model`'s logits at every position of `ids`: transformers' (on `folder`) within the float32 rounding bound.
+    A bf16 file is read exactly (bf16 widens to float32 without rounding), so it meets the float32 bound too."""
+    theirs = hf_logits(folder, ids)  # [T, V]
+    assert_close(model.logits(ids), theirs, logits_bound(model.config, theirs))
 
 
 def assert_logits_match_transformers(folder, n: int = 24) -> None:
-    """tinyinfer's logits at every position of an n-token prompt: transformers' within LOGITS_ATOL. A bf16 file
-    is read exactly (bf16 widens to float32 without rounding), so it meets the float32 bound too."""
-    ids = prompt_ids(n)
-    np.testing.assert_allclose(tinyinfer.load(folder).logits(ids), hf_logits(folder, ids), rtol=0, atol=LOGITS_ATOL)
+    """tinyinfer's logits at every position of an n-token prompt: transformers' within the float32 rounding bound."""
+    assert_logits_equal_transformers(tinyinfer.load(folder), folder, prompt_ids(n))
 
 
 def tiled_attention_calls(monkeypatch, tile: int = 8) -> list[dict]:
@@ -197,10 +208,6 @@ def mistake_distance(folder, change: dict, mistaken_params=None) -> float:
     ids = prompt_ids(24)
     return float(np.abs(mistaken.logits(ids) - hf_logits(folder, ids)).max())
 
-CACHE_ATOL = 1e-9  # tinyinfer's cached paths against its own full recompute, in float64 (float32 rounding alone
-# moves some logits by ~1e-5)
-
-
 def float64_model(folder) -> Model:
     """The checkpoint at `folder` loaded by tinyinfer and widened to float64: rounding out of the way."""
     model = tinyinfer.load(folder)
@@ -215,7 +222,9 @@ def assert_cached_decode_equals_full_recompute(folder, n: int = 20) -> None:
     prefill = wide.forward([SeqChunk(0, 0, ids[:6])], cache, all_logits=True)  # [6, V]
     chunk = wide.forward([SeqChunk(0, 6, ids[6:11])], cache, all_logits=True)  # [5, V]
     steps = [wide.forward([SeqChunk(0, pos, ids[pos:pos + 1])], cache) for pos in range(11, n)]  # (n - 11) x [1, V]
-    np.testing.assert_allclose(np.concatenate([prefill, chunk, *steps]), wide.logits(ids), rtol=0, atol=CACHE_ATOL)
+    full = wide.logits(ids)  # [n, V]
+    bound = logits_bound(wide.config, full, dtype=np.float64, own_angles=False)
+    assert_close(np.concatenate([prefill, chunk, *steps]), full, bound)
 
 
 # The checks every architecture's tiny checkpoints pass, as test functions for a test module that defines a

@@ -35,16 +35,19 @@ class Config:
     head_dim: int
     d_ff: int  # hidden width of the MLP
     max_seq_len: int
+    # -- norms and the MLP
     norm: str = "rmsnorm"  # a kind in tinyinfer/norms.py NORM_PARAMS: "rmsnorm", "layernorm", "rmsnorm_plus_one"...
     norm_eps: float = 1e-5
     activation: str = "silu"  # a name in tinyinfer/mlp.py ACTIVATIONS: "silu", "gelu_tanh", "gelu", "relu", ...
     mlp: str = "swiglu"  # "swiglu" (gate, up, down) | "gelu_mlp" (up, down: GPT-2)
+    # -- positions (tinyinfer/rope.py)
     position: str = "rope"  # "rope" | "learned" (GPT-2's position table)
     rope_theta: float = 10000.0
     rope_scaling: dict | None = None  # {"rope_type": "linear"|"llama3"|"yarn"|"longrope" (Phi-3), ...} or None
     local_rope_theta: float | None = None  # Gemma 3: sliding layers rotate with this theta, unscaled (None: as all)
     partial_rotary_factor: float = 1.0  # Phi-3: RoPE rotates only the first int(head_dim * factor) coordinates
     nope_layers: list[int] = field(default_factory=list)  # SmolLM3: layers that do not rotate q and k ("NoPE")
+    # -- attention (gathered per layer by `attention_spec`)
     qkv_bias: bool = False
     o_bias: bool = False
     mlp_bias: bool = False
@@ -60,16 +63,19 @@ class Config:
     query_pre_attn_scalar: float | None = None  # Gemma 2: scores scaled by its -1/2 power instead of head_dim's
     attn_softcap: float | None = None  # Gemma 2: scores become cap * tanh(score / cap) before the mask (every layer)
     final_softcap: float | None = None  # Gemma 2: the logits too
+    # -- scales of the stream and the logits
     embed_scale: float = 1.0  # embeddings are multiplied by it: sqrt(d_model) (Gemma), embedding_multiplier (Granite)
     residual_scale: float = 1.0  # Granite: each sublayer's output times residual_multiplier before the residual add
     attn_multiplier: float | None = None  # the score scale itself, not head_dim^-1/2: Granite's attention_multiplier,
     # DeepSeek's (qk_nope_head_dim + qk_rope_head_dim)^-1/2, times YaRN's mscale(mscale_all_dim)^2
     logits_divisor: float = 1.0  # Granite: the logits are divided by logits_scaling (Cohere: by 1 / logit_scale)
+    # -- the block: how a layer wires its sublayers (tinyinfer/model.py `choose_block`)
     pre_norms: bool = True  # each sublayer's input is normed (all but OLMo 2)
     post_norms: bool = False  # each sublayer's output is normed before the residual add (Gemma 2: again; OLMo 2)
     parallel_residual: bool = False  # GPT-NeoX, Phi-2: x + attn(norm(x)) + mlp(norm'(x)), both read the layer's input
     shared_input_norm: bool = False  # Phi-2 (parallel): one norm per layer, its output read by attention and MLP alike
     lm_head_bias: bool = False  # Phi-2: the output layer adds a bias to the logits
+    # -- per layer, and what the files say
     layer_types: list[str] = field(default_factory=list)  # per layer "full_attention" | "sliding_attention"
     tie_word_embeddings: bool = False
     bos_token_id: int | None = None

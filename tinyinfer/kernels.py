@@ -10,9 +10,12 @@ block does element by element between its matrix products:
     rms_scale(x, mean_square, weight, eps)  RMSNorm after its one reduction: x / sqrt(ms + eps) * weight
     rotate(x1, x2, cos, sin)                RoPE's pair rotation: (x1 cos - x2 sin, x2 cos + x1 sin)
 
-Each is the plain expression, so on NumPy (no fuse) or on the tests' strict stand-in it is exactly what the
-unfused code computes; on CuPy it is one compiled kernel computing the same expression, equal to the plain one
-within float32 rounding of a few operations (|difference| <= 4 eps |value|: the compiler may contract a
+A decode step's attention over the paged KV cache is the fourth (`paged_decode_attention`, a CUDA RawKernel
+below): it reads keys and values straight from the pool's blocks instead of gathering a padded copy first.
+
+Each element-wise kernel is the plain expression, so on NumPy (no fuse) or on the tests' strict stand-in it is
+exactly what the unfused code computes; on CuPy it is one compiled kernel computing the same expression, equal to
+the plain one within float32 rounding of a few operations (|difference| <= 4 eps |value|: the compiler may contract a
 multiply and an add into one fused multiply-add, which rounds once instead of twice).
 
 The switch is the model's `kernels` ("plain", the default, or "fused"): `tinyinfer.load(..., kernels="fused")`.
@@ -27,6 +30,8 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+
+import numpy as np
 
 from tinyinfer.errors import TinyInferError
 from tinyinfer.mlp import linear, swiglu
@@ -75,6 +80,9 @@ class ElementwiseOps:
     norm: callable  # (x, weights, kind, eps) -> normed x, as norms.apply_norm
     swiglu: callable  # (x, mlp, activation) -> [T, d], as mlp.swiglu
     rope: callable  # (x, cos, sin) -> rotated x, as rope.apply_partial_rope
+    # (q, k_pool, v_pool, slots, spec, sinks) -> [B, H*hd]: a decode step's attention read from the paged pool
+    # (None: the model gathers the blocks and calls attention.decode_attention)
+    paged_attention: callable = None
 
 
 PLAIN_OPS = ElementwiseOps(apply_norm, swiglu, apply_partial_rope)
@@ -107,4 +115,130 @@ def choose_ops(kernels: str, xp) -> ElementwiseOps:
                                                              cos[:, None, :], sin[:, None, :])
         return out
 
-    return ElementwiseOps(norm, fused_swiglu, rope)
+    paged = None
+    if hasattr(xp, "RawKernel"):  # CuPy compiles CUDA C; NumPy (and the tests' stand-in) keep the array code
+        paged = functools.partial(paged_decode_attention, xp)
+    return ElementwiseOps(norm, fused_swiglu, rope, paged)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Paged attention for a decode step, as one CUDA kernel (RawKernel)
+# ---------------------------------------------------------------------------------------------------------------------
+#
+# The array code gathers every sequence's blocks into a padded [KV, B, L, hd] copy, then multiplies. On a GPU that
+# copy is as large as the keys and values themselves: the kernel instead reads each key and value straight from
+# the pool through the block table. One thread block per (sequence, head); its threads share the positions for
+# the scores, then the head's coordinates for the weighted sum of the values. Scores, softmax and sum are float32
+# whatever the storage (float32 or float16), as the array code computes them.
+
+PAGED_ATTENTION_SOURCE = r"""
+#include <cuda_fp16.h>
+__device__ __forceinline__ float to_float(float x) { return x; }
+__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
+__device__ __forceinline__ void store(float* p, float x) { *p = x; }
+__device__ __forceinline__ void store(__half* p, float x) { *p = __float2half(x); }
+
+#define THREADS 128
+__device__ float block_reduce(float x, float* shared, bool take_max) {
+    shared[threadIdx.x] = x;
+    __syncthreads();
+    for (int stride = THREADS / 2; stride > 0; stride /= 2) {
+        if (threadIdx.x < stride) {
+            float other = shared[threadIdx.x + stride];
+            shared[threadIdx.x] = take_max ? fmaxf(shared[threadIdx.x], other) : shared[threadIdx.x] + other;
+        }
+        __syncthreads();
+    }
+    float result = shared[0];
+    __syncthreads();
+    return result;
+}
+
+extern "C" __global__ void paged_decode_attention(
+        const Q_T* q,              // [B, H, hd]: each sequence's one query
+        const KV_T* k_pool,        // [KV, N, bs, hd]
+        const KV_T* v_pool,        // [KV, N, bs, hd]
+        const long long* tables,   // [B, n]: each sequence's blocks
+        const long long* lengths,  // [B]: its tokens, the new one included
+        const float* sinks,        // [H]: gpt-oss's sink logits (read when has_sinks)
+        float* scores,             // [B, H, n * bs]: scratch
+        Q_T* out,                  // [B, H, hd]
+        int H, int KV, int N, int bs, int hd, int n, int window, float scale, float softcap, int has_sinks) {
+    __shared__ float shared[THREADS];
+    const int b = blockIdx.x, h = blockIdx.y, kv = h / (H / KV);
+    const int len = (int)lengths[b];
+    const int lo = (window > 0 && len > window) ? len - window : 0;  // a sliding window's first visible key
+    const Q_T* qh = q + ((long long)b * H + h) * hd;
+    float* s = scores + ((long long)b * H + h) * (long long)n * bs;
+
+    // 1. each visible position's score (positions shared out over the threads), and their maximum
+    float m = -INFINITY;
+    for (int t = lo + threadIdx.x; t < len; t += THREADS) {
+        const long long block = tables[(long long)b * n + t / bs];
+        const KV_T* key = k_pool + (((long long)kv * N + block) * bs + t % bs) * hd;
+        float dot = 0.f;
+        for (int d = 0; d < hd; ++d) dot += to_float(qh[d]) * to_float(key[d]);
+        float score = dot * scale;
+        if (softcap > 0.f) score = softcap * tanhf(score / softcap);
+        s[t] = score;
+        m = fmaxf(m, score);
+    }
+    m = block_reduce(m, shared, true);
+    if (has_sinks) m = fmaxf(m, sinks[h]);
+
+    // 2. the softmax's numerators exp(score - max) and their sum (a sink adds to the sum only)
+    float sum = 0.f;
+    for (int t = lo + threadIdx.x; t < len; t += THREADS) {
+        const float w = expf(s[t] - m);
+        s[t] = w;
+        sum += w;
+    }
+    sum = block_reduce(sum, shared, false);  // its barriers also publish every s[t] to every thread
+    if (has_sinks) sum += expf(sinks[h] - m);
+
+    // 3. the weighted sum of the values (coordinates shared out over the threads)
+    for (int d = threadIdx.x; d < hd; d += THREADS) {
+        float acc = 0.f;
+        for (int t = lo; t < len; ++t) {
+            const long long block = tables[(long long)b * n + t / bs];
+            acc += s[t] * to_float(v_pool[(((long long)kv * N + block) * bs + t % bs) * hd + d]);
+        }
+        store(out + ((long long)b * H + h) * hd + d, acc / sum);
+    }
+}
+"""
+PAGED_ATTENTION_THREADS = 128
+C_TYPES = {"float32": "float", "float16": "__half"}
+
+
+def paged_attention_source(q_dtype, kv_dtype) -> str:
+    """The kernel's CUDA source for queries and pool of these dtypes (float32 or float16)."""
+    return f"#define Q_T {C_TYPES[str(q_dtype)]}\n#define KV_T {C_TYPES[str(kv_dtype)]}\n" + PAGED_ATTENTION_SOURCE
+
+
+@functools.cache
+def _paged_attention_kernel(xp, q_dtype: str, kv_dtype: str):
+    return xp.RawKernel(paged_attention_source(q_dtype, kv_dtype), "paged_decode_attention")
+
+
+def paged_decode_attention(xp, q, k_pool, v_pool, slots, spec, sinks=None):
+    """`attention.decode_attention` of B one-token sequences, read straight from the paged pool (no gather).
+
+    q [B, H, hd], pools [KV, N, bs, hd], slots: the cache's DecodeSlots, spec: the layer's AttentionSpec
+    -> [B, H * hd]"""
+    B, H, hd = q.shape
+    KV, N, bs, _ = k_pool.shape
+    n = slots.tables.shape[1]
+    q = xp.ascontiguousarray(q)
+    out = xp.empty_like(q)  # [B, H, hd]
+    scores = xp.empty((B, H, n * bs), dtype=np.float32)  # scratch for the weights
+    has_sinks = sinks is not None
+    sinks = xp.asarray(sinks if has_sinks else xp.zeros(1), dtype=np.float32)
+    kernel = _paged_attention_kernel(xp, str(q.dtype), str(k_pool.dtype))
+    tables = xp.ascontiguousarray(slots.tables, dtype=np.int64)  # [B, n]
+    kernel((B, H), (PAGED_ATTENTION_THREADS,),
+           (q, k_pool, v_pool, tables, slots.lengths_on_device(), sinks, scores, out,
+            np.int32(H), np.int32(KV), np.int32(N), np.int32(bs), np.int32(hd), np.int32(n),
+            np.int32(spec.window or 0), np.float32(spec.scale),
+            np.float32(spec.softcap or 0.0), np.int32(has_sinks)))
+    return out.reshape(B, H * hd)

@@ -15,7 +15,8 @@ place (no concatenation per step). The numbers are stored in the model's dtype, 
     cache.read(layer, seq_id, end) -> (k, v)   each [n_kv_heads, end, hd]: positions 0..end-1
 
 and one fact, `reads_batches`: whether it also serves the one-token steps of many sequences at once
-(`decode_slots`, `write_batch`, `read_batch`: the paged cache of the serving engine, tinyinfer/engine/paged_cache.py).
+(`decode_slots`, `write_batch`, `read_batch`, and `pools` for a GPU kernel that reads the blocks in place: the
+paged cache of the serving engine, tinyinfer/engine/paged_cache.py).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from tinyinfer.kv_quant import check_kv_cache_dtype, kv_storage
 class KVCache(Protocol):
     """What the model's forward pass asks of a cache (see the module docstring)."""
 
-    reads_batches: bool  # True: decode_slots, write_batch and read_batch serve many sequences' steps at once
+    reads_batches: bool  # True: decode_slots, write_batch, read_batch (and pools) serve many sequences' steps at once
 
     def write(self, layer: int, seq_id: int, start: int, k, v) -> None: ...
 

@@ -66,9 +66,10 @@ class SeqChunk:
 
 @dataclass
 class AttentionPlan:
-    """How a forward pass attends, worked out once since it is the same in every layer: the row of each
+    """How a forward pass runs its layers, worked out once since it is the same in every layer: the row of each
     chunk's first token, the one-token chunks attended in batches (their rows and the cache's slots for
-    them, see `Model.decode_block`), and the chunks that take the loop one by one."""
+    them, see `Model.decode_block`), the chunks that take the loop one by one, and with LoRA adapters which
+    rows take which adapter."""
 
     first_rows: np.ndarray  # [n_chunks + 1]
     decode_groups: list[tuple]  # [(rows [B] on the device, the cache's DecodeSlots)]
@@ -285,10 +286,14 @@ class Model:
         of sequences (the paged cache of the serving engine): one gather and one batched product instead of
         a loop. `slots` (from the cache's `decode_slots`, once per forward pass) say where they write and read."""
         cache.write_batch(i, slots, k[rows], v[rows])
-        keys, values = cache.read_batch(i, slots)  # 2 x [KV, B, L, hd], padded to the longest
         spec = self.attention_specs[i]
-        mask = slots.mask(spec.window)  # [B, L]
         sinks = self.params["layers"][i].get("sinks")  # gpt-oss: [H]
+        pools = cache.pools(i) if self.ops.paged_attention is not None else None
+        if pools is not None:  # a GPU kernel reads the blocks where they are (tinyinfer/kernels.py)
+            out[rows] = self.ops.paged_attention(q[rows], *pools, slots, spec, sinks)  # -> [B, H*hd]
+            return
+        keys, values = cache.read_batch(i, slots)  # 2 x [KV, B, L, hd], padded to the longest
+        mask = slots.mask(spec.window)  # [B, L]
         out[rows] = decode_attention(q[rows], keys, values, mask, spec.scale, spec.softcap, sinks)  # -> [B, H*hd]
 
     def feed_forward(self, i: int, layer: dict, h):

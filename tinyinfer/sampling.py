@@ -302,9 +302,11 @@ def apply_presence_frequency_penalties(logits, output_ids, presence: float, freq
     >>> apply_presence_frequency_penalties(np.zeros(3), [2, 2, 0], presence=0.5, frequency=1.0).tolist()
     [-1.5, 0.0, -2.5]
     """
+    if len(output_ids) == 0:
+        return logits
     xp = xp_of(logits)
-    counts = np.bincount(np.asarray(output_ids, dtype=np.int64), minlength=logits.shape[-1])  # [vocab]
-    counts = xp.asarray(counts, dtype=logits.dtype)
+    ids = xp.asarray(output_ids, dtype=np.int64)  # [n]: the ids cross to the device, not a [vocab] of counts
+    counts = xp.bincount(ids, minlength=logits.shape[-1]).astype(logits.dtype)  # [n] -> [vocab]
     return logits - frequency * counts - presence * (counts > 0)
 
 

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tinyinfer.attention import decode_mask
+from tinyinfer.backend import is_array
 from tinyinfer.config import Config
 from tinyinfer.errors import TinyInferError
 from tinyinfer.kv_quant import check_kv_cache_dtype, kv_storage
@@ -49,7 +50,7 @@ class DecodeSlots:
     lengths: np.ndarray  # [B] tokens of each sequence, the new one included
     padded_len: int  # L = n * block_size: the keys read for every sequence
     xp: object = np
-    masks: dict = field(default_factory=dict)  # window -> mask, made when the first layer asks
+    masks: dict = field(default_factory=dict)  # window -> mask (and the lengths on the device), made when first asked
 
     def mask(self, window: int | None):
         """The additive attention mask [B, L] of these sequences: made once per step for each window size,
@@ -57,6 +58,12 @@ class DecodeSlots:
         if window not in self.masks:
             self.masks[window] = self.xp.asarray(decode_mask(self.lengths, self.padded_len, window))  # [B, L]
         return self.masks[window]
+
+    def lengths_on_device(self):
+        """`lengths` on the device, for the paged-attention kernel: copied once per step, when first asked."""
+        if "lengths" not in self.masks:
+            self.masks["lengths"] = self.xp.asarray(self.lengths, dtype=np.int64)  # [B]
+        return self.masks["lengths"]
 
 
 class PagedKVCache:
@@ -148,6 +155,12 @@ class PagedKVCache:
         number of blocks. Sequence b's positions 0..lengths[b]-1 are real; the rest is padding for the mask."""
         keys = self._gather(self.k[layer], slots.tables)
         return keys, keys if self.v is self.k else self._gather(self.v[layer], slots.tables)
+
+    def pools(self, layer: int):
+        """The layer's key and value pools [KV, N, bs, hd] as plain arrays, for a kernel that reads the blocks in
+        place (tinyinfer/kernels.py); None when they are stored quantised (int8 codes and scales)."""
+        k, v = self.k[layer], self.v[layer]
+        return (k, v) if is_array(k) and is_array(v) else None
 
     def _table(self, seq_id: int, end: int) -> list[int]:
         """The block table of a sequence, checked to cover positions 0..end-1."""

@@ -1,0 +1,288 @@
+"""Mutation check: plant plausible bugs, one at a time, in a copy of the project, and see whether the tests fail.
+
+    python tests/mutate.py            # every mutation (a while: each runs its own tests)
+    python tests/mutate.py --quick    # the quick subset CI runs (under 2 minutes)
+    python tests/mutate.py NAME...    # the named ones; --list prints them all
+
+Each mutation is a source-text replacement in one file of `tinyinfer/` (one bug per core rule: attention scale and
+mask, the RoPE variants, each sampling control and the draw, stop strings, the BPE rules, the block allocator and
+prefix hashes, the scheduler's budgets, each JSON-Schema keyword family, MoE routing and renormalisation, each
+quantisation format, speculative acceptance, the CLI's flags) and the tests that should catch it. The project is
+copied once into a temporary folder; each mutation is planted there, its tests run (`pytest -x`, the copy
+first on PYTHONPATH), and the file restored. A mutation is "caught" when its tests fail, "SURVIVED" when they
+pass. Before anything runs, every target text must occur exactly once in its file: a mutation whose target moved
+or was renamed fails loudly, so the list follows the code. Exit status 1 when any survives or cannot be planted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+COPIED = ("tinyinfer", "tests", "weights_scripts", "pyproject.toml")
+TIMEOUT_S = 900  # a mutation that makes its tests hang counts as caught
+
+
+@dataclass(frozen=True)
+class Mutation:
+    name: str
+    path: str  # relative to the project root
+    old: str  # must occur exactly once in the file
+    new: str
+    tests: tuple[str, ...]  # pytest arguments: files, node ids, -k expressions
+    quick: bool = False  # in the subset CI runs
+
+
+SAMPLING = "tinyinfer/sampling.py"
+STATS = "tests/test_sampling_statistics.py"
+MUTATIONS = [
+    # --- attention and RoPE
+    Mutation("attention scale: head_dim^-1/4 instead of ^-1/2", "tinyinfer/attention.py",
+             "    scale = hd**-0.5 if scale is None else scale\n    scores", "    scale = hd**-0.25 if scale is None else scale\n    scores",
+             ("tests/test_core.py", "-k", "stories260k_greedy or grouped_query"), quick=True),
+    Mutation("decode attention scale forgotten", "tinyinfer/attention.py",
+             "    q = q * scale  # scaling", "    q = q * 1.0  # scaling", ("tests/test_paged_cache.py",)),
+    Mutation("causal mask lets each query see the next token", "tinyinfer/attention.py",
+             "    visible = key_pos <= query_pos  # [n, L]", "    visible = key_pos <= query_pos + 1  # [n, L]",
+             ("tests/test_core.py",)),
+    Mutation("sliding window one key too wide", "tinyinfer/attention.py",
+             "visible &= key_pos > query_pos - window  # forget", "visible &= key_pos >= query_pos - window  # forget",
+             ("tests/test_parity_hf.py", "-k", "window")),
+    Mutation("RoPE rotates the second half the wrong way", "tinyinfer/rope.py",
+             "    rotated[..., half:] = x2 * cos + x1 * sin", "    rotated[..., half:] = x2 * cos - x1 * sin",
+             ("tests/test_core.py",)),
+    Mutation("RoPE linear scaling multiplies the frequencies", "tinyinfer/rope.py",
+             '        return inv_freq / scaling["factor"]', '        return inv_freq * scaling["factor"]',
+             ("tests/test_parity_hf.py", "-k", "rope_linear")),
+    Mutation("RoPE llama3 scaling leaves the low frequencies alone", "tinyinfer/rope.py",
+             "    scaled = np.where(wavelength > old_context / low, inv_freq / factor, inv_freq)",
+             "    scaled = np.where(wavelength > old_context / low, inv_freq, inv_freq)",
+             ("tests/test_parity_hf.py", "-k", "llama3")),
+    Mutation("RoPE YaRN ramp reversed", "tinyinfer/rope.py",
+             "    kept = 1 - np.clip(ramp, 0, 1)", "    kept = np.clip(ramp, 0, 1)",
+             ("tests/test_config_variants.py", "-k", "yarn")),
+    Mutation("RoPE YaRN attention factor 0.2 ln(factor) + 1", "tinyinfer/rope.py",
+             "0.1 * m * math.log(factor) + 1.0", "0.2 * m * math.log(factor) + 1.0",
+             ("tests/test_config_variants.py", "-k", "yarn")),
+    # --- sampling
+    Mutation("draw without normalising its CDF", SAMPLING,
+             "    cdf /= cdf[-1]  # exactly 1 at the end", "    pass  # exactly 1 at the end",
+             ("tests/test_sampling.py", "-k", "empirical"), quick=True),
+    Mutation("draw without normalising its CDF, through generate", SAMPLING,
+             "    cdf /= cdf[-1]  # exactly 1 at the end", "    pass  # exactly 1 at the end", (STATS, "-k", "generate and default")),
+    Mutation("the engine's batched draw without normalising its CDFs", SAMPLING,
+             "            row_cdf /= row_cdf[-1]\n", "            pass\n", (STATS, "-k", "engine or server")),
+    Mutation("temperature multiplies the logits", SAMPLING,
+             "    return logits / temperature", "    return logits * temperature", ("tests/test_sampling.py", STATS, "-k", "temperature")),
+    Mutation("top-k drops the k-th token too", SAMPLING,
+             "xp.where(logits < kth_largest, -xp.inf, logits)", "xp.where(logits <= kth_largest, -xp.inf, logits)",
+             ("tests/test_sampling.py", STATS, "-k", "top_k")),
+    Mutation("top-p drops the token that crosses the threshold", SAMPLING,
+             "    mass_above = xp.cumsum(probs) - probs  #", "    mass_above = xp.cumsum(probs)  #", ("tests/test_sampling.py", STATS, "-k", "top_p")),
+    Mutation("min-p threshold not relative to the top token", SAMPLING,
+             "probs < min_p * probs.max()", "probs < min_p", ("tests/test_sampling.py", STATS, "-k", "min_p")),
+    Mutation("repetition penalty divides negative logits too", SAMPLING,
+             "xp.where(scores < 0, scores * penalty, scores / penalty)", "xp.where(scores < 0, scores / penalty, scores / penalty)",
+             ("tests/test_sampling.py", STATS, "-k", "repetition")),
+    Mutation("presence penalty counted per occurrence", SAMPLING,
+             "- presence * (counts > 0)", "- presence * counts", ("tests/test_sampling.py", STATS, "-k", "presence")),
+    Mutation("logit_bias subtracted", SAMPLING,
+             "        out[token_id] += value", "        out[token_id] -= value", ("tests/test_sampling.py", STATS, "-k", "logit_bias")),
+    # --- stop strings
+    Mutation("the stop that starts first wins (not the one that ends first)", "tinyinfer/stopping.py",
+             "key=lambda m: (m[0] + len(m[1]), m[0])", "key=lambda m: m[0]", ("tests/test_stopping.py",)),
+    Mutation("held-back text one character short", "tinyinfer/stopping.py",
+             "range(min(len(stop) - 1, len(text)), longest, -1)", "range(min(len(stop) - 2, len(text)), longest, -1)",
+             ("tests/test_stopping.py",)),
+    # --- BPE
+    Mutation("BPE: a repeated merge pair, the first wins", "tinyinfer/tokenizer/bpe.py",
+             "            self.ranks[vocab[left], vocab[right]] = (rank, vocab[merged])",
+             "            self.ranks.setdefault((vocab[left], vocab[right]), (rank, vocab[merged]))",
+             ("tests/test_tokenizer_bpe.py", "-k", "repeated"), quick=True),
+    Mutation("BPE: stale heap entries not checked", "tinyinfer/tokenizer/bpe.py",
+             "        if found is None or found[0] != rank:", "        if found is None:",
+             ("tests/test_tokenizer_bpe.py",)),
+    # --- paged KV cache, prefix cache, scheduler
+    Mutation("prefix hashes not chained", "tinyinfer/engine/block_manager.py",
+             "        previous = block_hash(previous, token_ids[start:start + block_size])",
+             "        previous = block_hash(root, token_ids[start:start + block_size])", ("tests/test_paged_cache.py",)),
+    Mutation("prefix hit without comparing the token ids", "tinyinfer/engine/block_manager.py",
+             "return block if block is not None and self.tokens_of[block] == tuple(token_ids) else None",
+             "return block", ("tests/test_paged_cache.py", "tests/test_prefix_cache_safety.py")),
+    Mutation("a shared block's refcount reset to 1", "tinyinfer/engine/block_manager.py",
+             "        self.refcount[block] += 1\n        return block", "        self.refcount[block] = 1\n        return block",
+             ("tests/test_paged_cache.py",)),
+    Mutation("eviction takes the most recently freed block", "tinyinfer/engine/block_manager.py",
+             "self.free_blocks.popitem(last=False)", "self.free_blocks.popitem(last=True)", ("tests/test_paged_cache.py",)),
+    Mutation("chunked prefill ignores the token budget", "tinyinfer/engine/scheduler.py",
+             "            return min(missing, budget)", "            return missing", ("tests/test_engine.py",)),
+    Mutation("one sequence more than max_num_seqs admitted", "tinyinfer/engine/scheduler.py",
+             "len(self.running) < self.config.max_num_seqs", "len(self.running) <= self.config.max_num_seqs",
+             ("tests/test_engine.py",)),
+    # --- JSON Schema, one keyword family each
+    Mutation("JSON Schema strings: minLength ignored", "tinyinfer/constrain/json_schema.py",
+             '        lo, hi = schema.get("minLength", 0), schema.get("maxLength")\n        fmt',
+             '        lo, hi = 0, schema.get("maxLength")\n        fmt', ("tests/test_json_schema_strings.py",)),
+    Mutation("JSON Schema numbers: minimum ignored", "tinyinfer/constrain/json_schema.py",
+             '    lo, hi = schema.get("minimum"), schema.get("maximum")', '    lo, hi = None, schema.get("maximum")',
+             ("tests/test_json_schema_numbers.py",)),
+    Mutation("JSON Schema arrays: minItems ignored", "tinyinfer/constrain/json_schema.py",
+             '        lo, hi = schema.get("minItems", 0), schema.get("maxItems")', '        lo, hi = 0, schema.get("maxItems")',
+             ("tests/test_json_schema_arrays.py",)),
+    Mutation("JSON Schema objects: required ignored", "tinyinfer/constrain/json_schema.py",
+             '        required = list(dict.fromkeys(schema.get("required", [])))', "        required = []",
+             ("tests/test_json_schema_objects.py",)),
+    Mutation("JSON Schema enum: only the first value", "tinyinfer/constrain/json_schema_check.py",
+             '        return list(schema["enum"])\n', '        return list(schema["enum"])[:1]\n',
+             ("tests/test_json_schema_logic.py",)),
+    Mutation("JSON Schema anyOf read as oneOf's first branch", "tinyinfer/constrain/json_schema.py",
+             '        for key in ("anyOf", "oneOf"):\n            if key in schema:',
+             '        for key in ("oneOf",):\n            if key in schema:', ("tests/test_json_schema_logic.py",)),
+    # --- MoE
+    Mutation("MoE routes to the least probable experts", "tinyinfer/moe.py",
+             "    chosen = xp.argsort(-probs, axis=-1)[:, :top_k]", "    chosen = xp.argsort(probs, axis=-1)[:, :top_k]",
+             ("tests/test_moe.py",)),
+    Mutation("MoE chosen weights not renormalised", "tinyinfer/moe.py",
+             "        weights = weights / weights.sum(axis=-1, keepdims=True)  # the k chosen",
+             "        weights = weights  # the k chosen", ("tests/test_moe.py",)),
+    Mutation("DeepSeek grouped routing not renormalised", "tinyinfer/moe.py",
+             "        weights = weights / (weights.sum(axis=-1, keepdims=True) + 1e-20)", "        weights = weights",
+             ("tests/test_deepseek.py",)),
+    # --- quantisation formats
+    Mutation("int8/int4 weights: qmax one too large", "tinyinfer/quantize.py",
+             "    qmax = 2 ** (bits - 1) - 1\n", "    qmax = 2 ** (bits - 1)\n", ("tests/test_quantize.py",)),
+    Mutation("int4 unpacking: the odd rows off by one", "tinyinfer/quantize.py",
+             "    high = (packed >> 4).astype(np.int8) - 8", "    high = (packed >> 4).astype(np.int8) - 7",
+             ("tests/test_quantize.py",)),
+    Mutation("int8 KV cache read back without its scale", "tinyinfer/kv_quant.py",
+             "    return codes * scales  #", "    return codes * scales.max()  #", ("tests/test_kv_quant.py",)),
+    # --- speculative decoding
+    Mutation("speculative: a guess kept with probability p, not min(1, p / q)", "tinyinfer/speculative.py",
+             "        if rng.random() >= p[i, x] / q[i, x]:", "        if rng.random() >= p[i, x]:",
+             ("tests/test_speculative.py",)),
+    Mutation("speculative: residual max(0, q - p)", "tinyinfer/speculative.py",
+             "    extra = np.maximum(p - q, 0.0)", "    extra = np.maximum(q - p, 0.0)", ("tests/test_speculative.py",)),
+    # --- the command line
+    Mutation("generate --quantize quantises a discarded copy", "tinyinfer/commands/generate.py",
+             "        quantize_model(model, args.quantize)",
+             "        quantize_model(tinyinfer.load(args.model, kv_cache_dtype=args.kv_cache_dtype), args.quantize)",
+             ("tests/test_cli_flags.py", "-k", "quantize"), quick=True),
+]
+
+
+def check_targets(root: Path, mutations: list[Mutation]) -> list[str]:
+    """Why each mutation that cannot be planted cannot (its target text is not found exactly once)."""
+    problems = []
+    for m in mutations:
+        path = root / m.path
+        count = path.read_text(encoding="utf-8").count(m.old) if path.is_file() else -1
+        if count != 1:
+            where = "the file is missing" if count < 0 else f"found {count} times"
+            problems.append(f"{m.name}: the target text in {m.path} is {where}: the code moved; update tests/mutate.py")
+    return problems
+
+
+def copy_project(dest: Path) -> None:
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", ".pytest_cache")
+    for name in COPIED:
+        source = ROOT / name
+        if source.is_dir():
+            shutil.copytree(source, dest / name, ignore=ignore)
+        else:
+            shutil.copy2(source, dest / name)
+
+
+def environment(workspace: Path) -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(workspace)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    env.setdefault("TINYINFER_SHARED_DATA", str(ROOT.parent / "shared" / "data"))  # tests/conftest.py reads it
+    return env
+
+
+def run_tests(workspace: Path, tests: tuple[str, ...]) -> tuple[int, str]:
+    """pytest's exit status on `tests` in the workspace (-1: timed out), and what it said: the first failure's
+    line, else its last line."""
+    command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "--tb=line", *tests]
+    try:
+        done = subprocess.run(command, cwd=workspace, env=environment(workspace), capture_output=True, text=True,
+                              timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return -1, "timed out"
+    lines = (done.stdout + done.stderr).strip().splitlines() or [""]
+    failures = [line for line in lines if line.startswith(str(workspace)) or line.startswith("E ")]
+    return done.returncode, (failures or lines[-1:])[0].replace(str(workspace) + os.sep, "")
+
+
+def check_imports_the_copy(workspace: Path) -> None:
+    """The tests of the copy must import the copy's tinyinfer (first on PYTHONPATH), not an installed one."""
+    done = subprocess.run([sys.executable, "-c", "import tinyinfer; print(tinyinfer.__file__)"], cwd=workspace,
+                          env=environment(workspace), capture_output=True, text=True, check=True)
+    imported = Path(done.stdout.strip()).resolve()
+    if workspace.resolve() not in imported.parents:
+        raise SystemExit(f"error: the copy's tests import tinyinfer from {imported}, not from {workspace}")
+
+
+def verdict(status: int) -> str:
+    """pytest's exit status -> the mutation's fate: 1 (tests failed) caught; 0 survived; anything else an error
+    of the check itself (no test collected, a usage error), reported as such."""
+    return {0: "SURVIVED", 1: "caught", -1: "caught (timeout)"}.get(status, f"ERROR (pytest exit {status})")
+
+
+def mutate(workspace: Path, m: Mutation) -> tuple[str, float, str]:
+    path = workspace / m.path
+    original = path.read_text(encoding="utf-8")
+    path.write_text(original.replace(m.old, m.new), encoding="utf-8")
+    start = time.perf_counter()
+    try:
+        status, last = run_tests(workspace, m.tests)
+    finally:
+        path.write_text(original, encoding="utf-8")
+    return verdict(status), time.perf_counter() - start, last
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("names", nargs="*", help="mutations to run (default: all)")
+    parser.add_argument("--quick", action="store_true", help="only the quick subset CI runs")
+    parser.add_argument("--list", action="store_true", help="print the mutations and exit")
+    parser.add_argument("-v", "--verbose", action="store_true", help="print how the tests failed on each mutation")
+    args = parser.parse_args(argv)
+    chosen = [m for m in MUTATIONS if (not args.quick or m.quick) and (not args.names or m.name in args.names)]
+    unknown = set(args.names) - {m.name for m in MUTATIONS}
+    if unknown:
+        print(f"error: no mutation named {', '.join(sorted(unknown))} (see --list)", file=sys.stderr)
+        return 2
+    if args.list:
+        for m in chosen:
+            print(f"{m.name}  [{m.path}]{'  (quick)' if m.quick else ''}")
+        return 0
+    problems = check_targets(ROOT, MUTATIONS)
+    for problem in problems:
+        print(f"error: {problem}", file=sys.stderr)
+    if problems:
+        return 1
+    survivors = errors = 0
+    with tempfile.TemporaryDirectory(prefix="tinyinfer-mutate-") as tmp:
+        workspace = Path(tmp)
+        copy_project(workspace)
+        check_imports_the_copy(workspace)
+        for m in chosen:
+            fate, seconds, last = mutate(workspace, m)
+            survivors += fate == "SURVIVED"
+            errors += fate.startswith("ERROR")
+            print(f"{fate:<16} {seconds:6.1f}s  {m.name}  [{m.path}]" + (f"\n{'':24}{last}" if args.verbose or
+                                                                          fate.startswith("ERROR") else ""), flush=True)
+    print(f"{len(chosen) - survivors - errors} of {len(chosen)} mutations caught, {survivors} survived, {errors} errors")
+    return 1 if survivors or errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
