@@ -162,6 +162,7 @@ def chapter_file(root: Path, chapter: int) -> str:
     return f"chapters/{matches[0].name}" if matches else f"chapters/{chapter:02d}-*.md"
 
 
-def stored_prerequisites() -> dict[str, list[str]]:
-    """What PREREQUISITES holds; empty when it was never measured."""
-    return json.loads(PREREQUISITES.read_text(encoding="utf-8")) if PREREQUISITES.is_file() else {}
+def stored_prerequisites(root: Path | None = None) -> dict[str, list[str]]:
+    """What PREREQUISITES holds (that of the project at `root` when given); empty when never measured."""
+    path = PREREQUISITES if root is None else Path(root) / PACKAGE / "course" / PREREQUISITES.name
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}

@@ -119,6 +119,6 @@ this folder, so that the grader itself is the installed tinyinfer and starts eve
     python -m tinyinfer course check 3.1 --workspace {workspace}      # one exercise (or `3` for all of chapter 3)
 
 The table it prints says which exercises pass and what each needs; the pytest output above it shows why a
-test failed. Stuck? `python -m tinyinfer course hint 3.1` prints a hint, one more each time you ask.
+test failed. Stuck? `python -m tinyinfer course hint 3.1` prints a first hint; `--level 2` the next.
 Start again from scratch with `python -m tinyinfer course start NEW_DIR`.
 """
