@@ -42,6 +42,7 @@ class Mutation:
 
 
 SAMPLING = "tinyinfer/sampling.py"
+GGUF = "tinyinfer/gguf/quants.py"
 STATS = "tests/test_sampling_statistics.py"
 MUTATIONS = [
     # --- attention and RoPE
@@ -164,6 +165,22 @@ MUTATIONS = [
              ("tests/test_quantize.py",)),
     Mutation("int8 KV cache read back without its scale", "tinyinfer/kv_quant.py",
              "    return codes * scales  #", "    return codes * scales.max()  #", ("tests/test_kv_quant.py",)),
+    # --- GGUF block formats (tinyinfer/gguf/quants.py), each against the gguf library's dequantiser
+    *[Mutation(f"GGUF {name}", GGUF, old, new, ("tests/test_gguf_quants.py",)) for name, old, new in [
+        ("Q8_0: the scale read as an integer", "    return q * d  # [n, 32]", "    return q * np.round(d)  # [n, 32]"),
+        ("Q4_0: codes offset by 7", "np.int8(8)  # [n, 16] -> [n, 32], -8..7", "np.int8(7)  # [n, 16] -> [n, 32], -8..7"),
+        ("Q4_1: the minimum left out", "    q = _nibbles(blocks[:, 4:20], 16).astype(np.float32)  # [n, 16] -> [n, 32]\n    return d * q + m",
+         "    q = _nibbles(blocks[:, 4:20], 16).astype(np.float32)  # [n, 16] -> [n, 32]\n    return d * q"),
+        ("Q5_0: codes offset by 15", "np.int8(16)  # [n, 32], -16..15", "np.int8(15)  # [n, 32], -16..15"),
+        ("Q5_1: the fifth bit dropped", "q = _q5_codes(blocks[:, 4:8], blocks[:, 8:24]).astype(np.float32)",
+         "q = (_q5_codes(blocks[:, 4:8], blocks[:, 8:24]) & 0x0F).astype(np.float32)"),
+        ("Q2_K: the minimum from the scale's nibble", "ml = (dmin * (scales >> 4)", "ml = (dmin * (scales & 0xF)"),
+        ("Q3_K: 6-bit scales offset by 31", "np.int8(32)  # [n, 16], -32..31", "np.int8(31)  # [n, 16], -32..31"),
+        ("Q4_K: the minimum added", "    return (step * q - minimum).reshape(n, QK_K)", "    return (step * q + minimum).reshape(n, QK_K)"),
+        ("Q5_K: the fifth bit one place low", "(_bits(blocks[:, 16:48], QK_K) << 4)", "(_bits(blocks[:, 16:48], QK_K) << 3)"),
+        ("Q6_K: codes offset by 31", "np.int8(32)  # [n, 2, 128], -32..31", "np.int8(31)  # [n, 2, 128], -32..31"),
+        ("K-quant 6-bit scales: the high bits one place low", "(c & 0x0F) | ((a >> 6) << 4)", "(c & 0x0F) | ((a >> 6) << 3)"),
+    ]],
     # --- speculative decoding
     Mutation("speculative: a guess kept with probability p, not min(1, p / q)", "tinyinfer/speculative.py",
              "        if rng.random() >= p[i, x] / q[i, x]:", "        if rng.random() >= p[i, x]:",
