@@ -527,9 +527,10 @@ def sample_batch(samplers: list[Sampler], logits) -> list[TokenChoice]:
 
     What belongs to a row stays the row's own: its penalties and grammar mask (applied row by row, only where
     set), its temperature, its truncations, and its seeded generator (one `random()` per row, in row order, as
-    alone). What is shared runs once on the stacked rows: the argmax of the greedy rows; the temperature, the
-    softmax's shift and exponential, and the cumulative sums of the sampled rows. Each is the same arithmetic
-    per element as on one row, so the tokens are identical to the solo runs, not just equal in distribution.
+    alone). What is shared runs once on the stacked rows: the argmax of the greedy rows; the temperature and the
+    softmax's shift and exponential of the sampled rows, whose tokens `draw` then picks row by row. Each is the
+    same arithmetic per element as on one row, so the tokens are identical to the solo runs, not just equal in
+    distribution.
     """
     xp = xp_of(logits)
     picked = [0] * len(samplers)
@@ -547,10 +548,8 @@ def sample_batch(samplers: list[Sampler], logits) -> list[TokenChoice]:
         scores = xp.stack([s.truncate(row) for s, row in zip(rows, scores)]) if any(s.truncates for s in rows) else scores
         scores = scores.astype(np.float64)  # [S, V]
         weights = to_numpy(xp.exp(scores - scores.max(axis=1, keepdims=True)))  # [S, V] exp_shifted of each row
-        cdf = np.cumsum(weights, axis=1)  # [S, V] as `draw` sums each row
-        for row_cdf, s, b in zip(cdf, rows, sampled_rows):
-            row_cdf /= row_cdf[-1]
-            picked[b] = int(np.searchsorted(row_cdf, s.rng.random(), side="right"))
+        for row_weights, s, b in zip(weights, rows, sampled_rows):
+            picked[b] = draw(row_weights, s.rng)  # the one draw: each row's own generator, in row order
     return [s.choice(token, row) for s, token, row in zip(samplers, picked, logits)]
 
 
