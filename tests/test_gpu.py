@@ -48,16 +48,21 @@ def test_gpu_greedy_generation_matches_cpu():
 
 
 @pytest.mark.gpu
-def test_gpu_tiled_attention_and_lora_match_cpu():
-    """A prompt long enough to take the tiled attention path, and the built-in LoRA adapter, on both devices."""
+def test_gpu_tiled_attention_and_lora_match_cpu(monkeypatch):
+    """The tiled attention path (forced for every prompt, in tiles of 8 positions) and the built-in LoRA adapter,
+    on both devices, over the built-in model's whole 128-token window."""
     from tinyinfer.lora import load_adapter  # noqa: PLC0415
 
-    ids = np.random.default_rng(0).integers(0, 2000, 400).tolist()
+    from tiny_models import tiled_attention_calls  # noqa: PLC0415
+
+    calls = tiled_attention_calls(monkeypatch)
+    ids = np.random.default_rng(0).integers(0, 2000, 100).tolist()
     models = [tinyinfer.load("shakespeare", device=device) for device in ("cpu", "cuda")]
     for model in models:
         load_adapter(model, "shout", "shakespeare-shout")
     cpu, gpu = (m.logits(ids) for m in models)
     assert_close(gpu, cpu, logits_bound(models[0].config, cpu))
+    assert calls, "the tiled path did not run"
     cpu, gpu = (m.generate(ids[:20], max_tokens=32, temperature=0.0, lora="shout").token_ids for m in models)
     assert gpu == cpu
 
