@@ -60,7 +60,12 @@ def soft_cap(scores, cap: float | None):
 
 
 def softmax(x, axis: int = -1):
-    """exp(x) / sum(exp(x)) along `axis`, shifted by the max so large scores do not overflow."""
+    """exp(x) / sum(exp(x)) along `axis`, shifted by the max so large scores do not overflow; -inf entries (a mask,
+    a token sampling excludes) get probability 0. The one softmax: attention, routing and sampling use it.
+
+    >>> softmax(np.array([0.0, 0.0, -np.inf])).tolist()
+    [0.5, 0.5, 0.0]
+    """
     shifted = x - x.max(axis=axis, keepdims=True)
     e = np.exp(shifted)  # a NumPy ufunc: runs on CuPy arrays too, through __array_ufunc__
     return e / e.sum(axis=axis, keepdims=True)

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
+from tinyinfer.attention import softmax
 from tinyinfer.backend import to_numpy, xp_of
 from tinyinfer.errors import TinyInferError, is_integer_at_least
 
@@ -237,16 +238,6 @@ def check_text(text: str, what: str) -> str:
 # ---------------------------------------------------------------------------------------------------------------
 # Logits processors: each takes a 1-D float array [vocab] and returns a new one of the same shape
 # ---------------------------------------------------------------------------------------------------------------
-
-
-def softmax(logits):
-    """Probabilities from logits, stable for large values and -inf entries.
-
-    >>> softmax(np.array([0.0, 0.0, -np.inf])).tolist()
-    [0.5, 0.5, 0.0]
-    """
-    exp = exp_shifted(logits)
-    return exp / exp.sum()
 
 
 def exp_shifted(logits):
