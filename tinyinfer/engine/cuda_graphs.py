@@ -3,8 +3,8 @@
 Every array operation on a GPU is a kernel launch, and each launch costs the CPU a few microseconds of Python and
 driver work (CuPy: about 5-10 us) whatever the kernel does. A decode step of a Llama block launches about 25
 kernels per layer (norms, three products, RoPE, the cache write, attention, the gated MLP, the adds): for a 16-layer
-1B model about 400 launches, 2-4 ms of CPU per step, while reading its 2.5 GB of bfloat16 weights at 4.8 TB/s takes
-the GPU 0.5 ms. The GPU waits for the CPU: launch overhead, not memory, sets the decode speed. A CUDA graph records
+1B model about 400 launches, 2-4 ms of CPU per step, while reading its 2.5 GB of bfloat16 weights at 3.35 TB/s (an
+H100) takes the GPU 0.75 ms. The GPU waits for the CPU: launch overhead, not memory, sets the decode speed. A CUDA graph records
 the launches of one step once (stream capture) and replays them with one call, `graph.launch()`: the step then
 costs one launch of CPU work and the GPU's own time.
 
