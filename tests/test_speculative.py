@@ -218,7 +218,7 @@ def test_stats_compare_guessing_rounds_with_the_plain_step():
     s.count(0, 1, 0.012)
     assert s.speed_up is None and not s.slower_than_plain  # no guessing round yet
     s.count(4, 3, 0.024)  # 3 tokens in 24 ms: 8 ms a token
-    assert (s.proposed, s.accepted, s.target_steps, s.tokens) == (4, 2, 3, 5)
+    assert (s.proposed, s.accepted, s.target_steps, s.tokens, s.guessing_rounds) == (4, 2, 3, 5, 1)
     assert s.speed_up == pytest.approx(1.25) and not s.slower_than_plain
     s.count(4, 1, 0.020)  # 4 tokens in 44 ms: 11 ms a token, slower than the 10 ms plain step
     assert s.speed_up == pytest.approx(10 / 11) and s.slower_than_plain

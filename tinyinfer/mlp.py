@@ -69,7 +69,7 @@ ACTIVATIONS = {"silu": silu, "gelu_tanh": gelu_tanh, "gelu": gelu, "quick_gelu":
 
 
 # Up to this many rows, a product with a NumPy weight matrix runs row by row (see `matmul`).
-ROW_BY_ROW_MAX = 4
+ROW_BY_ROW_MAX = 6
 
 
 def matmul(x, w):

@@ -53,6 +53,7 @@ class SpeculationStats:
     plain_step_s: float = float("inf")  # the fastest round without guesses: plain decoding's time per token
     guessing_s: float = 0.0  # time of the rounds with guesses, guessing and checking together
     guessing_tokens: int = 0  # tokens those rounds produced
+    guessing_rounds: int = 0  # rounds that made guesses (the others were plain steps)
 
     def count(self, proposed: int, produced: int, seconds: float) -> None:
         """Record one round: `proposed` guesses, `produced` tokens (the kept guesses and one more)."""
@@ -62,6 +63,7 @@ class SpeculationStats:
         if proposed:
             self.guessing_s += seconds
             self.guessing_tokens += produced
+            self.guessing_rounds += 1
         else:
             self.plain_step_s = min(self.plain_step_s, seconds)
 

@@ -11,7 +11,8 @@ models (chapter 11):
     c_t      one decode step of the target (one token)
     c_v(k)   one pass of the target over k+1 tokens (the verify step)
     c_d      one decode step of the draft (prompt lookup: ~0, a search of the text)
-    expected speed-up = tokens per round / (k c_d / c_t + c_v(k) / c_t)
+    expected speed-up = tokens per round / cost of a round in target steps, where a round with guesses costs
+                        k c_d / c_t + c_v(k) / c_t and a plain one (the guess budget backed off) 1
 
 Which method wins depends on the task (`--task`): continuing free text ("continue", the prompt as given)
 gives prompt lookup little to find, while an input-grounded task lets it guess whole runs of tokens for free.
@@ -157,7 +158,9 @@ def measure_and_report(args) -> int:
     print(f"{'no speculation':22s}{best[None, None]:10.1f}{1.0:9.2f}x{'':39s}{1.0:9.2f}x  ({len(plain)} tokens)")
     for method, k in settings[1:]:
         s = results[method, k].speculation
-        expected = s.tokens_per_target_step / (k * (c_d if method == "draft_model" else 0.0) / c_t + c_v[k] / c_t)
+        # a round with guesses costs at most that of k guesses (it may make fewer); a plain round one step
+        guessing_cost = k * (c_d if method == "draft_model" else 0.0) / c_t + c_v[k] / c_t
+        expected = s.tokens / (s.guessing_rounds * guessing_cost + s.target_steps - s.guessing_rounds)
         same = "yes" if results[method, k].token_ids == plain else (
             "no (sampling: same distribution, other draws)" if args.temperature > 0 else "NO")
         print(f"{f'{method} k = {k}':22s}{best[method, k]:10.1f}{best[method, k] / best[None, None]:9.2f}x"
