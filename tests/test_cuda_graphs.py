@@ -21,6 +21,7 @@ from tinyinfer.engine import LLM
 from tinyinfer.engine.cuda_graphs import BATCH_SIZES_TO_CAPTURE, capture_sizes, graph_unsupported
 from tinyinfer.kernels import PLAIN_OPS
 from tinyinfer.model import SeqChunk
+from tinyinfer.quantize import quantize_model
 
 PROMPTS = ["ROMEO:", "JULIET:\nO Romeo", "KING:", "QUEEN:\nMy lord", "First Citizen:"]
 
@@ -156,9 +157,14 @@ def test_steps_a_graph_cannot_serve_run_eager():
     assert graphs.serves([SeqChunk(0, 4, [1]), SeqChunk(1, 9, [2])])
     llm.generate(["ROMEO:"], tinyinfer.SamplingParams(temperature=0, max_tokens=1))  # a prefill only: no graph
     assert graphs.captures == 0
-    moe = tinyinfer.load("shakespeare-moe", device="cuda")
-    assert "Mixture-of-Experts" in graph_unsupported(moe)
-    assert LLM(moe).generate(["ROMEO:"], tinyinfer.SamplingParams(temperature=0, max_tokens=4))[0].token_ids
+    eager_only = {"Mixture-of-Experts": tinyinfer.load("shakespeare-moe", device="cuda"),
+                  "int8 KV cache": tinyinfer.load("shakespeare", device="cuda", kv_cache_dtype="int8"),
+                  "quantised": quantize_model(tinyinfer.load("shakespeare", device="cuda"), "int8")}
+    for reason, other in eager_only.items():
+        assert reason in graph_unsupported(other)
+        engine = LLM(other)
+        assert engine.generate(["ROMEO:"], tinyinfer.SamplingParams(temperature=0, max_tokens=4))[0].token_ids
+        assert engine.graphs.captures == 0
 
 
 def test_the_cpu_never_captures_graphs():
