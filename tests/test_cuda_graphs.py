@@ -167,6 +167,19 @@ def test_steps_a_graph_cannot_serve_run_eager():
         assert engine.graphs.captures == 0
 
 
+@pytest.mark.gpu
+def test_enforce_eager_on_the_command_line_runs_the_engine_without_graphs(capsys):
+    from tinyinfer.cli import main  # noqa: PLC0415
+
+    assert main(["bench", "serve", "--device", "cuda", "--enforce-eager", "--requests", "4", "--concurrency", "2",
+                 "--rounds", "1", "--prompt-len", "8:12", "--output-len", "3:5", "--prefix-len", "16",
+                 "--prefix-requests", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "continuous batching" in out and "continuous, eager" not in out and "CUDA graphs" not in out
+    if not REAL_GPU:
+        assert get_xp("cuda").transfers.captures == 0
+
+
 def test_the_cpu_never_captures_graphs():
     model = tinyinfer.load("shakespeare")
     assert LLM(model).graphs is None
