@@ -16,7 +16,9 @@ refused at compile time with the rule's name.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+from itertools import islice
 
 from tinyinfer.constrain.grammar import (
     Alt,
@@ -31,6 +33,10 @@ from tinyinfer.constrain.grammar import (
 from tinyinfer.constrain.utf8 import utf8_sequences
 from tinyinfer.errors import TinyInferError
 
+SHORT_RULE = 16  # bytes: a rule whose strings are at most this long is short (Network.is_short)
+KEY_LIMIT = 4000  # characters of rule text beyond which a rule gets no shared name (rule_key)
+KEY_STATES = 256  # states reachable within its rule beyond which a state gets no shared name (state_key)
+
 
 @dataclass
 class Network:
@@ -43,6 +49,11 @@ class Network:
     rule_start: dict[str, int] = field(default_factory=dict)
     rule_end: dict[str, int] = field(default_factory=dict)
     root: str = "root"
+    rules: dict[str, object] = field(default_factory=dict)  # rule name -> its grammar expression
+    rule_of: list[str] = field(default_factory=list)  # state -> the rule it belongs to
+    _rule_keys: dict[str, str | None] = field(default_factory=dict)
+    _longest_of: dict[str, float] = field(default_factory=dict)
+    _state_keys: dict[int, tuple | None] = field(default_factory=dict)
 
     def new_state(self) -> int:
         self.byte_edges.append([])
@@ -55,18 +66,71 @@ class Network:
     def n_states(self) -> int:
         return len(self.byte_edges)
 
+    def is_short(self, rule: str) -> bool:
+        """Is every string of `rule` at most SHORT_RULE bytes long (a JSON string character: at most 12,
+        `\\uD83D\\uDE00`)? Recursive rules and unbounded repetitions are not short."""
+        return self._longest(rule) <= SHORT_RULE
+
+    def _longest(self, rule: str) -> float:
+        if rule not in self._longest_of:
+            self._longest_of[rule] = math.inf  # reached again before it is known: the rule is recursive
+            self._longest_of[rule] = _longest(self.rules[rule], self._longest)
+        return self._longest_of[rule]
+
+    def rule_key(self, rule: str) -> str | None:
+        """The text of `rule` and of every rule it can reach (renamed in the order first reached): two
+        networks' rules with the same key have the same automata (`_build` is deterministic). None past
+        KEY_LIMIT characters: a rule that large (a whole object) is specific to its grammar."""
+        if rule not in self._rule_keys:
+            order, names, texts, size = {rule: 0}, [rule], [], 0
+            while len(texts) < len(names) and size <= KEY_LIMIT:  # breadth first over the rules reached
+                texts.append(repr(_renamed(self.rules[names[len(texts)]], order)))
+                names += islice(order, len(names), None)  # the rules this one named first
+                size += len(texts[-1])
+            self._rule_keys[rule] = "\n".join(texts) if size <= KEY_LIMIT else None
+        return self._rule_keys[rule]
+
+    def state_key(self, state: int) -> tuple | None:
+        """A name for `state` that two networks share exactly when the automata from it to its rule's end
+        are the same: its rule's states reachable from it, numbered breadth first, each with its edges
+        (calls name the callee by `rule_key`). None past KEY_STATES states, or for a callee too large."""
+        if state not in self._state_keys:
+            order, queue, parts = {state: 0}, [state], []
+
+            def number(q: int) -> int:
+                if q not in order:
+                    order[q] = len(queue)
+                    queue.append(q)
+                return order[q]
+
+            for q in queue:  # grows while read: breadth first
+                callees = [self.rule_key(self.rule_of[callee]) for callee, _ in self.call_edges[q]]
+                if len(order) > KEY_STATES or None in callees:
+                    parts = None
+                    break
+                parts.append((tuple((lo, hi, number(t)) for lo, hi, t in self.byte_edges[q]),
+                              tuple(number(t) for t in self.eps_edges[q]),
+                              tuple((k, number(ret)) for k, (_, ret) in zip(callees, self.call_edges[q])),
+                              self.end_of[q] is not None))
+            self._state_keys[state] = None if parts is None else tuple(parts)
+        return self._state_keys[state]
+
 
 def compile_grammar(grammar: Grammar) -> Network:
     """Build the network for every rule; check references and left recursion."""
     net = Network(root=grammar.root)
     if grammar.root not in grammar.rules:
         raise TinyInferError(f"grammar has no {grammar.root!r} rule to start from")
+    net.rules = dict(grammar.rules)
     for name in grammar.rules:
         net.rule_start[name] = net.new_state()
         net.rule_end[name] = net.new_state()
         net.end_of[net.rule_end[name]] = name
+        net.rule_of += [name, name]
     for name, expr in grammar.rules.items():
+        first = net.n_states
         _build(net, grammar, expr, net.rule_start[name], net.rule_end[name], name)
+        net.rule_of += [name] * (net.n_states - first)
     _check_left_recursion(net)
     return net
 
@@ -107,6 +171,46 @@ def _build(net: Network, grammar: Grammar, expr, start: int, end: int, rule: str
         net.call_edges[start].append((net.rule_start[expr.name], end))
     else:
         raise TypeError(f"not a grammar expression: {expr!r}")
+
+
+def _longest(expr, longest_rule) -> float:
+    """The most bytes a string of `expr` has, or inf once that passes SHORT_RULE (or a callee is not short)."""
+    if isinstance(expr, Literal):
+        most = len(expr.text.encode("utf-8"))
+    elif isinstance(expr, CharClass):
+        points = class_code_points(expr)
+        most = len(chr(points[-1][1]).encode("utf-8", "surrogatepass")) if points else 0
+    elif isinstance(expr, Seq):
+        most = 0
+        for item in expr.items:
+            most += _longest(item, longest_rule)
+            if most > SHORT_RULE:
+                break
+    elif isinstance(expr, Alt):
+        most = 0
+        for option in expr.options:
+            most = max(most, _longest(option, longest_rule))
+            if most > SHORT_RULE:
+                break
+    elif isinstance(expr, Repeat):
+        item = _longest(expr.item, longest_rule)
+        most = 0 if expr.max == 0 or item == 0 else math.inf if expr.max is None else expr.max * item
+    else:  # a Ref
+        most = longest_rule(expr.name)
+    return most if most <= SHORT_RULE else math.inf
+
+
+def _renamed(expr, order: dict[str, int]):
+    """`expr` with every rule reference replaced by its number in `order` (new names get the next numbers)."""
+    if isinstance(expr, Ref):
+        return Ref(str(order.setdefault(expr.name, len(order))))
+    if isinstance(expr, Seq):
+        return Seq(tuple(_renamed(item, order) for item in expr.items))
+    if isinstance(expr, Alt):
+        return Alt(tuple(_renamed(option, order) for option in expr.options))
+    if isinstance(expr, Repeat):
+        return Repeat(_renamed(expr.item, order), expr.min, expr.max)
+    return expr
 
 
 def _build_repeat(net: Network, grammar: Grammar, expr: Repeat, start: int, end: int, rule: str) -> None:
