@@ -89,3 +89,20 @@ def test_a_string_walk_is_shared_between_grammars_yet_exact(token_bytes):
         walks_before = len(vocab.view_walks)
         assert (masker.mask(state) == reference_mask(masker, token_bytes, state)).all(), grammar
         assert len(vocab.view_walks) == walks_before + new_walks, grammar
+
+
+def test_a_long_bounded_string_is_built_lazily_and_shares_walks_far_from_its_bound(token_bytes):
+    """maxLength 3000: the copies are built as the text reaches them, positions with more characters left than
+    the longest token has bytes share one walk, and masks near the bound refuse the tokens that would pass it."""
+    vocab = Vocabulary(token_bytes, eos_ids=[VOCAB_SIZE])
+    chars = "\n" + r'char ::= [^"\\\x00-\x1F] | "\\" ["\\/bfnrt]'
+    net = compile_grammar(parse_grammar(r'root ::= "[" str "]"' + "\n" + r'str ::= "\"" char{0,3000} "\""' + chars))
+    assert net.n_states < 100  # one copy built; all 3000 would take some 20,000 states
+    masker = TokenMasker(net, vocab)
+    masker.sparse_limit = 0
+    walks = []
+    for length in (1, 2, 500, 2990, 2999, 3000):
+        state = masker.parser.step_bytes(masker.parser.initial, b'["' + b"a" * length)
+        assert (masker.mask(state) == reference_mask(masker, token_bytes, state)).all(), length
+        walks.append(len(vocab.view_walks))
+    assert walks[0] == walks[1] == walks[2] < walks[3] < walks[4] < walks[5]  # 1, 2, 500 chars: one walk

@@ -9,8 +9,9 @@ nested arrays needs a stack, which parser.py keeps.
     root ::= "a" root? "b"        ->   s0 -a-> s1 -call root-> s2 -b-> end(root)
                                                   \\---eps---/
 
-Characters become UTF-8 byte-range chains (utf8.py). `{m,n}` is expanded into copies, so its cost grows
-with n. Left recursion (`x ::= x "a" | "b"`) would make the stack grow without consuming input; it is
+Characters become UTF-8 byte-range chains (utf8.py). `{m,n}` is expanded into copies, but lazily: past
+EAGER_COPIES optional copies the rest waits at a *pending* state, built (`expand`) when the parser first
+reaches it, so `json-char{0,65535}` (a maxLength) costs what the text uses, not 65,535 copies. Left recursion (`x ::= x "a" | "b"`) would make the stack grow without consuming input; it is
 refused at compile time with the rule's name.
 """
 
@@ -35,6 +36,7 @@ from tinyinfer.errors import TinyInferError
 
 SHORT_RULE = 16  # bytes: a rule whose strings are at most this long is short (Network.is_short)
 KEY_LIMIT = 4000  # characters of rule text beyond which a rule gets no shared name (rule_key)
+EAGER_COPIES = 1  # optional copies of a repetition built at once; the others as the parser reaches them
 KEY_STATES = 256  # states reachable within its rule beyond which a state gets no shared name (state_key)
 
 
@@ -53,14 +55,25 @@ class Network:
     rule_of: list[str] = field(default_factory=list)  # state -> the rule it belongs to
     _rule_keys: dict[str, str | None] = field(default_factory=dict)
     _longest_of: dict[str, float] = field(default_factory=dict)
-    _state_keys: dict[int, tuple | None] = field(default_factory=dict)
+    _state_keys: dict[tuple[int, int], tuple | None] = field(default_factory=dict)
+    building: str = ""  # the rule new states belong to
+    pending: dict[int, tuple[Repeat, int]] = field(default_factory=dict)  # state -> copies still to build, end
+    later: dict[int, tuple[Repeat, int]] = field(default_factory=dict)  # every state that was pending, as it was
+    grammar: Grammar | None = None
 
     def new_state(self) -> int:
         self.byte_edges.append([])
         self.eps_edges.append([])
         self.call_edges.append([])
         self.end_of.append(None)
+        self.rule_of.append(self.building)
         return len(self.byte_edges) - 1
+
+    def expand(self, state: int) -> None:
+        """Build the copies of a long repetition that wait at `state`, now that the parser reached it."""
+        repeat, end = self.pending.pop(state)
+        self.building = self.rule_of[state]
+        _build_repeat(self, self.grammar, repeat, state, end, self.building)
 
     @property
     def n_states(self) -> int:
@@ -90,11 +103,14 @@ class Network:
             self._rule_keys[rule] = "\n".join(texts) if size <= KEY_LIMIT else None
         return self._rule_keys[rule]
 
-    def state_key(self, state: int) -> tuple | None:
-        """A name for `state` that two networks share exactly when the automata from it to its rule's end
-        are the same: its rule's states reachable from it, numbered breadth first, each with its edges
-        (calls name the callee by `rule_key`). None past KEY_STATES states, or for a callee too large."""
-        if state not in self._state_keys:
+    def state_key(self, state: int, horizon: int) -> tuple | None:
+        """A name for `state` that two networks share when the automata from it to its rule's end agree on
+        every string of up to `horizon` bytes: its rule's states reachable from it, numbered breadth first,
+        each with its edges (calls name the callee by `rule_key`). A repetition still to be built is named
+        by its item and count, the count capped at `horizon`: n copies with n above the horizon look the same
+        to any walk that far. None past KEY_STATES states, or for a callee too large."""
+        memo = (state, horizon)
+        if memo not in self._state_keys:
             order, queue, parts = {state: 0}, [state], []
 
             def number(q: int) -> int:
@@ -104,6 +120,16 @@ class Network:
                 return order[q]
 
             for q in queue:  # grows while read: breadth first
+                if q in self.later:  # named as it was before it was built, so that history does not matter
+                    repeat, end = self.later[q]
+                    names: dict[str, int] = {}
+                    item = repr(_renamed(repeat.item, names))
+                    callees = [self.rule_key(name) for name in names]
+                    parts.append((item, tuple(callees), min(repeat.max, horizon), number(end)))
+                    if None in callees:
+                        parts = None
+                        break
+                    continue
                 callees = [self.rule_key(self.rule_of[callee]) for callee, _ in self.call_edges[q]]
                 if len(order) > KEY_STATES or None in callees:
                     parts = None
@@ -112,8 +138,8 @@ class Network:
                               tuple(number(t) for t in self.eps_edges[q]),
                               tuple((k, number(ret)) for k, (_, ret) in zip(callees, self.call_edges[q])),
                               self.end_of[q] is not None))
-            self._state_keys[state] = None if parts is None else tuple(parts)
-        return self._state_keys[state]
+            self._state_keys[memo] = None if parts is None else tuple(parts)
+        return self._state_keys[memo]
 
 
 def compile_grammar(grammar: Grammar) -> Network:
@@ -121,16 +147,15 @@ def compile_grammar(grammar: Grammar) -> Network:
     net = Network(root=grammar.root)
     if grammar.root not in grammar.rules:
         raise TinyInferError(f"grammar has no {grammar.root!r} rule to start from")
-    net.rules = dict(grammar.rules)
+    net.rules, net.grammar = dict(grammar.rules), grammar
     for name in grammar.rules:
+        net.building = name
         net.rule_start[name] = net.new_state()
         net.rule_end[name] = net.new_state()
         net.end_of[net.rule_end[name]] = name
-        net.rule_of += [name, name]
     for name, expr in grammar.rules.items():
-        first = net.n_states
+        net.building = name
         _build(net, grammar, expr, net.rule_start[name], net.rule_end[name], name)
-        net.rule_of += [name] * (net.n_states - first)
     _check_left_recursion(net)
     return net
 
@@ -225,7 +250,10 @@ def _build_repeat(net: Network, grammar: Grammar, expr: Repeat, start: int, end:
         net.eps_edges[body_end].append(loop)
         net.eps_edges[loop].append(end)
         return
-    for _ in range(expr.max - expr.min):  # optional copies: may stop before each one
+    for built in range(expr.max - expr.min):  # optional copies: may stop before each one
+        if built == EAGER_COPIES:  # the rest when the parser gets here (`expand`): maxLength 65535 stays small
+            net.pending[start] = net.later[start] = (Repeat(expr.item, 0, expr.max - expr.min - built), end)
+            return
         net.eps_edges[start].append(end)
         nxt = net.new_state()
         _build(net, grammar, expr.item, start, nxt, rule)

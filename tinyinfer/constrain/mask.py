@@ -54,6 +54,7 @@ class VocabTrie:
                 node = child
             self.node_of_token[token_id] = node
         self.n_nodes = len(children)
+        self.depth = max((len(data) for data in vocab), default=0)  # bytes of the longest token
         self.parent = np.array(parent, dtype=np.int64)  # [n_nodes]
         self.child_start = np.cumsum([0] + [len(kids) for kids in children]).astype(np.int64)  # [n_nodes + 1]
         self.child_byte = np.array([b for kids in children for b in kids], dtype=np.uint8)  # [n_nodes - 1]
@@ -191,7 +192,7 @@ class TokenMasker:
         grammar with the same string rule finds the walk done."""
         local = self._local_cache.get(view)
         if local is None:
-            key = None if view == DEAD else self.parser.view_key(view)
+            key = None if view == DEAD else self.parser.view_key(view, self.trie.depth + 1)
             local = self.vocab.view_walks.get(key) if key is not None else None
             if local is None:
                 node_ok = np.zeros(self.trie.n_nodes, dtype=bool)  # [n_nodes]

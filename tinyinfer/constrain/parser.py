@@ -55,9 +55,6 @@ class ByteParser:
         self._next_bytes: list[bytes | None] = []
         self._steps: list[dict[int, int]] = []
         self._local_views: dict[int, int] = {}
-        self._returns_at_once = [  # network state -> it only ends its rule (a tail call need not push it)
-            net.end_of[q] is not None and not (net.byte_edges[q] or net.eps_edges[q] or net.call_edges[q])
-            for q in range(net.n_states)]
         self.initial = self._closure([self._node(net.rule_start[net.root], ACCEPT)])
 
     # ------------------------------------------------------------ interning
@@ -101,16 +98,23 @@ class ByteParser:
             if state < 0:  # ACCEPT or a placeholder: the stack bottomed out here
                 ready.add(node)
                 continue
+            if state in net.pending:  # copies of a long repetition, built when first reached
+                net.expand(state)
             if net.byte_edges[state]:
                 ready.add(node)
             for target in net.eps_edges[state]:
                 work.append(self._node(target, parent))
             for callee_start, ret in net.call_edges[state]:  # push the return point, enter the callee
-                caller = parent if self._returns_at_once[ret] else self._node(ret, parent)
+                caller = parent if self._returns_at_once(ret) else self._node(ret, parent)
                 work.append(self._node(callee_start, caller))
             if net.end_of[state] is not None:  # rule done: continue with the caller's stack
                 work.append(parent)
         return self._intern(frozenset(ready)) if ready else DEAD
+
+    def _returns_at_once(self, q: int) -> bool:
+        """Does network state `q` only end its rule (so a tail call returning there need not push it)?"""
+        net = self.net
+        return net.end_of[q] is not None and not (net.byte_edges[q] or net.eps_edges[q] or net.call_edges[q])
 
     def step(self, state: int, byte: int) -> int:
         """The parser state after one more byte, or DEAD. Memoized per (state, byte)."""
@@ -211,15 +215,15 @@ class ByteParser:
             view = self._local_views[state] = self._intern(frozenset(nodes)) if nodes else DEAD
         return view
 
-    def view_key(self, view: int) -> frozenset | None:
-        """What a local view's walk depends on, in names any network shares (`Network.state_key`): the frames
-        of each stack, top first; None if a frame has no shared name. Placeholders are left out: which caller
+    def view_key(self, view: int, horizon: int) -> frozenset | None:
+        """What a local view's walk over tokens of up to `horizon` bytes depends on, in names any network
+        shares (`Network.state_key`): the frames of each stack, top first; None if one has no shared name. Placeholders are left out: which caller
         a stack returns to never changes which bytes it takes before it escapes."""
         stacks = set()
         for node in self._state_nodes[view]:
             frames = []
             while self._nodes[node][0] >= 0:
-                frames.append(self.net.state_key(self._nodes[node][0]))
+                frames.append(self.net.state_key(self._nodes[node][0], horizon))
                 node = self._nodes[node][1]
             if None in frames:
                 return None
