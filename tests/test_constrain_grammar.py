@@ -135,10 +135,12 @@ EOS, SPECIAL = 19, 20
     (FINITE, ["a", "b", "1", "2", "é", "x"], 6, 6),
     (BALANCED, ["(", ")"], 12, 4),
 ])
-def test_mask_equals_brute_force_on_random_states(grammar_text, alphabet, max_len, test_len):
+@pytest.mark.parametrize("sparse_limit", [0, 512])  # 0: the NumPy walk (the exercise); 512: plain Python
+def test_mask_equals_brute_force_on_random_states(grammar_text, alphabet, max_len, test_len, sparse_limit):
     words = language(grammar_text, alphabet, max_len)
     prefixes = {w[:i] for w in words for i in range(len(w) + 1)}
     masker = TokenMasker(compile_grammar(parse_grammar(grammar_text)), Vocabulary(VOCAB, [EOS], [SPECIAL]))
+    masker.sparse_limit = sparse_limit
     rng = random.Random(1)
     states = sorted(p for p in prefixes if len(p) <= test_len)
     for prefix in rng.sample(states, min(40, len(states))) + [b""]:

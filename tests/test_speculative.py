@@ -13,7 +13,7 @@ import tinyinfer
 from tinyinfer.errors import TinyInferError
 from tinyinfer.model import SeqChunk
 from tinyinfer.sampling import Sampler, SamplingParams
-from tinyinfer.speculative import PromptLookup, SpeculationStats, lookup, residual, verify
+from tinyinfer.speculative import GuessBudget, PromptLookup, SpeculationStats, lookup, residual, verify
 
 
 @pytest.fixture(scope="module")
@@ -92,10 +92,12 @@ def test_greedy_with_a_draft_is_the_target_greedy_token_for_token(target, draft,
         assert fast.token_ids == plain.token_ids
         assert fast.text == plain.text
         s = fast.speculation
-        assert s.tokens == 60 and s.accepted <= s.proposed and s.target_steps < 60
+        assert s.tokens == 60 and s.accepted <= s.proposed
     good = target.generate("ROMEO:", max_tokens=60, temperature=0, ignore_eos=True, draft=draft, num_speculative_tokens=k)
     bad = target.generate("ROMEO:", max_tokens=60, temperature=0, ignore_eos=True, draft=bad_draft, num_speculative_tokens=k)
     assert good.speculation.acceptance_rate > bad.speculation.acceptance_rate  # a trained draft guesses better
+    assert good.speculation.target_steps < 60 and bad.speculation.proposed > 0
+    assert bad.speculation.proposed < 20  # its rejected guesses made the budget back off to plain steps
 
 
 def test_stop_strings_eos_and_logprobs_behave_as_without_a_draft(target, draft):
@@ -189,13 +191,34 @@ def test_sampling_with_prompt_lookup_gives_the_target_joint_distribution(target)
         assert abs(counts[outcome] - n * p) < 5 * np.sqrt(n * p * (1 - p)) + 1, (outcome, counts[outcome], n * p)
 
 
+def test_guess_budget_backs_off_after_misses_and_returns_to_k_when_guesses_are_kept():
+    budget = GuessBudget(6)
+    assert budget.next() == 6
+    budget.update(6, 2)  # two kept: next, one more than that
+    assert budget.next() == 3
+    budget.update(3, 3)  # all kept: back to k
+    assert budget.next() == 6
+    plans = []
+    for _ in range(40):  # nothing is ever kept: plain steps in between, 1, 2, 4, ... at most MAX_WAIT of them
+        n = budget.next()
+        plans.append(n)
+        budget.update(n, 0)
+    guessing = [i for i, n in enumerate(plans) if n]
+    assert plans[0] == 6 and all(plans[i] == 1 for i in guessing[1:])
+    assert np.diff(guessing).tolist()[:5] == [2, 3, 5, 9, 17] and max(np.diff(guessing)) == GuessBudget.MAX_WAIT + 1
+    while not (n := budget.next()):  # the rest of the back-off: plain steps
+        pass
+    budget.update(n, 1)  # a kept guess ends it
+    assert n == 1 and [budget.next(), budget.next()] == [6, 6]
+
+
 def test_stats_compare_guessing_rounds_with_the_plain_step():
     s = SpeculationStats()
     s.count(0, 1, 0.010)  # a round without guesses: a plain step of 10 ms a token
     s.count(0, 1, 0.012)
     assert s.speed_up is None and not s.slower_than_plain  # no guessing round yet
     s.count(4, 3, 0.024)  # 3 tokens in 24 ms: 8 ms a token
-    assert (s.proposed, s.accepted, s.target_steps, s.tokens) == (4, 2, 3, 5)
+    assert (s.proposed, s.accepted, s.target_steps, s.tokens, s.guessing_rounds) == (4, 2, 3, 5, 1)
     assert s.speed_up == pytest.approx(1.25) and not s.slower_than_plain
     s.count(4, 1, 0.020)  # 4 tokens in 44 ms: 11 ms a token, slower than the 10 ms plain step
     assert s.speed_up == pytest.approx(10 / 11) and s.slower_than_plain

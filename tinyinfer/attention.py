@@ -26,6 +26,8 @@ prompt is quadratic (T^2), each decode step linear in the context.
 
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 
 from tinyinfer.backend import xp_of
@@ -111,28 +113,32 @@ def attention(q, k, v, mask, scale: float | None = None, softcap: float | None =
 # -- batched decode: one new token for each of many sequences (the serving engine's steady state) -----------
 
 
-def decode_mask(lengths, L: int, window: int | None = None) -> np.ndarray:
+def decode_mask(lengths, L: int, window: int | None = None):
     """Additive mask for B sequences of `lengths` tokens, each querying with its last token, padded to L keys.
+    Made where `lengths` lives: on the host, or on the device (inside a CUDA graph, from its static lengths).
 
     >>> decode_mask(np.array([1, 3]), 3)
     array([[  0., -inf, -inf],
            [  0.,   0.,   0.]], dtype=float32)
     """
-    key_pos = np.arange(L)[None, :]  # [1, L]
-    query_pos = np.asarray(lengths)[:, None] - 1  # [B, 1]
+    xp = xp_of(lengths)
+    key_pos = xp.arange(L)[None, :]  # [1, L]
+    query_pos = lengths[:, None] - 1  # [B, 1]
     visible = key_pos <= query_pos  # [B, L]: also hides the padding after each sequence's end
     if window is not None:
         visible &= key_pos > query_pos - window
-    return np.where(visible, 0.0, -np.inf).astype(np.float32)
+    return xp.where(visible, 0.0, -np.inf).astype(np.float32)
 
 
-def decode_attention(q, k, v, mask, scale: float | None = None, softcap: float | None = None, sinks=None):
+def decode_attention(q, k, v, mask, scale: float | None = None, softcap: float | None = None, sinks=None,
+                     matmul=operator.matmul):
     """`attention` for B sequences at once, one query each, over keys padded to a common length L.
 
     One batched matrix product per KV head replaces B small ones: the Python loop over sequences disappears,
     which is what makes a decode step of many sequences cost little more than a step of one.
 
     q: [B, n_heads, hd], k and v: [n_kv_heads, B, L, hd], mask: [B, L], sinks: [n_heads] or None -> [B, n_heads * hd]
+    matmul: the batched matrix product (`@`; a CUDA graph's capturable one, tinyinfer/kernels.py)
     """
     B, n_heads, hd = q.shape
     n_kv = k.shape[0]
@@ -140,11 +146,11 @@ def decode_attention(q, k, v, mask, scale: float | None = None, softcap: float |
     scale = hd**-0.5 if scale is None else scale
     q = q * scale  # scaling the B*H*hd query numbers instead of the B*H*L scores: one pass less over the big array
     q = q.reshape(B, n_kv, group, hd).transpose(1, 0, 2, 3)  # [B, H, hd] -> [KV, B, G, hd]: head h reads h // G
-    scores = soft_cap(q @ k.transpose(0, 1, 3, 2), softcap)  # [KV, B, G, hd] @ [KV, B, hd, L] -> [KV, B, G, L]
+    scores = soft_cap(matmul(q, k.transpose(0, 1, 3, 2)), softcap)  # [KV, B, G, hd] @ [KV, B, hd, L] -> [KV, B, G, L]
     scores += mask[None, :, None, :]  # in place (the scores are a fresh array); padding gets weight exactly 0
     if sinks is None:
         weights = softmax(scores)  # [KV, B, G, L]
     else:  # gpt-oss: head h = (kv, g) has the sink sinks[h]
         weights = sink_softmax(scores, sinks.reshape(n_kv, 1, group, 1))  # [KV, B, G, L]
-    out = weights @ v  # [KV, B, G, L] @ [KV, B, L, hd] -> [KV, B, G, hd]
+    out = matmul(weights, v)  # [KV, B, G, L] @ [KV, B, L, hd] -> [KV, B, G, hd]
     return out.transpose(1, 0, 2, 3).reshape(B, n_heads * hd)  # -> [B, KV, G, hd] -> [B, H*hd]

@@ -13,6 +13,14 @@ block does element by element between its matrix products:
 A decode step's attention over the paged KV cache is the fourth (`paged_decode_attention`, a CUDA RawKernel
 below): it reads keys and values straight from the pool's blocks instead of gathering a padded copy first.
 
+A decode step captured as a CUDA graph (tinyinfer/engine/cuda_graphs.py) needs one more kind: matrix products
+that are not cuBLAS, which CuPy refuses to call while a stream captures (CuPy 13 and 14: "calling cuBLAS API during
+stream capture is currently unsupported"). `choose_ops(..., capturable=True)` gives the ops such a step runs:
+its linear layers through `decode_matmul` (a RawKernel for the few rows of a decode step), its attention through
+the paged kernel; where there is no RawKernel (the tests' strict stand-in), both products as a broadcast multiply
+and a sum (`broadcast_matmul`), which a graph captures. They sum the same products in another order than `@`:
+the logits move within float32 rounding (tests/tolerances.py's `logits_bound`).
+
 Each element-wise kernel is the plain expression, so on NumPy (no fuse) or on the tests' strict stand-in it is
 exactly what the unfused code computes; on CuPy it is one compiled kernel computing the same expression, equal to
 the plain one within float32 rounding of a few operations (|difference| <= 4 eps |value|: the compiler may contract a
@@ -33,8 +41,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tinyinfer.backend import is_array
+from tinyinfer.attention import decode_attention
 from tinyinfer.errors import TinyInferError
-from tinyinfer.mlp import linear, swiglu
+from tinyinfer.mlp import ACTIVATIONS, linear, swiglu
 from tinyinfer.norms import apply_norm
 from tinyinfer.rope import apply_partial_rope
 
@@ -75,26 +85,48 @@ def fused_kernels(xp) -> Kernels:
 
 @dataclass(frozen=True)
 class ElementwiseOps:
-    """The three steps of a forward pass that the fused kernels replace: a norm, a gated MLP, a rotation."""
+    """The steps of a forward pass that kernels replace: a norm, a gated MLP, a rotation, a decode step's attention
+    and (for a CUDA graph) the linear layers."""
 
     norm: callable  # (x, weights, kind, eps) -> normed x, as norms.apply_norm
     swiglu: callable  # (x, mlp, activation) -> [T, d], as mlp.swiglu
     rope: callable  # (x, cos, sin) -> rotated x, as rope.apply_partial_rope
     # (q, k_pool, v_pool, slots, spec, sinks) -> [B, H*hd]: a decode step's attention read from the paged pool
-    # (None: the model gathers the blocks and calls attention.decode_attention)
+    # (None: the model gathers the blocks and calls `decode_attention`)
     paged_attention: callable = None
+    linear: callable = linear  # (x, params, name) -> x @ w (+ bias), as mlp.linear
+    decode_attention: callable = decode_attention  # (q, k, v, mask, scale, softcap, sinks), as attention's
 
 
 PLAIN_OPS = ElementwiseOps(apply_norm, swiglu, apply_partial_rope)
 
 
-def choose_ops(kernels: str, xp) -> ElementwiseOps:
-    """The plain array code, or the same steps through the fused kernels of `xp` ("plain" or "fused")."""
+def choose_ops(kernels: str, xp, capturable: bool = False) -> ElementwiseOps:
+    """The plain array code, or the same steps through the fused kernels of `xp` ("plain" or "fused");
+    `capturable`: with matrix products a CUDA graph can capture (no cuBLAS: see the module docstring)."""
     if kernels not in KERNELS:
         raise TinyInferError(f"unknown kernels {kernels!r}: use one of {', '.join(KERNELS)}")
-    if kernels == "plain":
+    if kernels == "plain" and not capturable:
         return PLAIN_OPS
-    k = fused_kernels(xp)
+    raw_kernels = hasattr(xp, "RawKernel")  # CuPy compiles CUDA C; NumPy (and the tests' stand-in) keep array code
+    project = functools.partial(linear_through, decode_matmul(xp) if raw_kernels else broadcast_matmul) \
+        if capturable else linear
+    norm, rope, silu_mul = apply_norm, apply_partial_rope, None
+    if kernels == "fused":
+        norm, rope, silu_mul = _fused_steps(fused_kernels(xp))
+
+    def gated_mlp(x, mlp: dict, activation: str = "silu"):  # [T, d] -> [T, d_ff] -> [T, d], as mlp.swiglu
+        gate, up = project(x, mlp, "gate"), project(x, mlp, "up")  # 2 x [T, d_ff]
+        hidden = silu_mul(gate, up) if silu_mul and activation == "silu" else ACTIVATIONS[activation](gate) * up
+        return project(hidden, mlp, "down")
+
+    paged = functools.partial(paged_decode_attention, xp) if raw_kernels else None
+    attend = functools.partial(decode_attention, matmul=broadcast_matmul) if capturable else decode_attention
+    return ElementwiseOps(norm, gated_mlp, rope, paged, project, attend)
+
+
+def _fused_steps(k: Kernels):
+    """RMSNorm and RoPE through the fused kernels `k`, and SwiGLU's gate: (norm, rope, silu_mul)."""
 
     def norm(x, weights: dict, kind: str, eps: float):  # [..., d] -> [..., d]
         if kind not in ("rmsnorm", "rmsnorm_plus_one"):
@@ -103,11 +135,6 @@ def choose_ops(kernels: str, xp) -> ElementwiseOps:
         mean_square = (x * x).mean(axis=-1, keepdims=True)  # [..., d] -> [..., 1]: the one reduction
         return k.rms_scale(x, mean_square, weight, eps)
 
-    def fused_swiglu(x, mlp: dict, activation: str = "silu"):  # [T, d] -> [T, d_ff] -> [T, d]
-        if activation != "silu":
-            return swiglu(x, mlp, activation)
-        return linear(k.silu_mul(linear(x, mlp, "gate"), linear(x, mlp, "up")), mlp, "down")
-
     def rope(x, cos, sin):  # [T, H, hd] -> [T, H, hd], the first 2 x cos.shape[-1] coordinates rotated
         half = cos.shape[-1]
         out = x.copy()
@@ -115,10 +142,24 @@ def choose_ops(kernels: str, xp) -> ElementwiseOps:
                                                              cos[:, None, :], sin[:, None, :])
         return out
 
-    paged = None
-    if hasattr(xp, "RawKernel"):  # CuPy compiles CUDA C; NumPy (and the tests' stand-in) keep the array code
-        paged = functools.partial(paged_decode_attention, xp)
-    return ElementwiseOps(norm, fused_swiglu, rope, paged)
+    return norm, rope, k.silu_mul
+
+
+def linear_through(matmul, x, params: dict, name: str):
+    """mlp.linear with its product through `matmul`: x @ w (+ bias).  [T, d_in] -> [T, d_out]"""
+    w = params[name]
+    if not is_array(w):  # a quantised or LoRA-wrapped weight: its own product (not capturable)
+        raise TinyInferError(f"the weight {name!r} is a {type(w).__name__}: a CUDA graph captures plain weights only")
+    y = matmul(x, w)
+    bias = params.get(f"{name}_bias")
+    return y if bias is None else y + bias
+
+
+def broadcast_matmul(a, b):
+    """a @ b as an element-wise product and a sum over the shared axis: no cuBLAS, so a CUDA graph captures it
+    (it stands for `decode_matmul` where there is no RawKernel, and serves the graph's attention).
+    [..., M, K] @ [..., K, N] -> [..., M, N]"""
+    return (a[..., :, :, None] * b[..., None, :, :]).sum(axis=-2)  # [..., M, K, 1] * [..., 1, K, N] -> sum over K
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -242,3 +283,92 @@ def paged_decode_attention(xp, q, k_pool, v_pool, slots, spec, sinks=None):
             np.int32(spec.window or 0), np.float32(spec.scale),
             np.float32(spec.softcap or 0.0), np.int32(has_sinks)))
     return out.reshape(B, H * hd)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The linear layers of a decode step, without cuBLAS (a CUDA graph captures them): out = x @ w for a few rows x
+# ---------------------------------------------------------------------------------------------------------------------
+#
+# A decode step multiplies a few rows (its B sequences) by each weight: the weight is read once for ROWS rows at a
+# time, so the time is the weight's bytes over the memory bandwidth. Two layouts, as `arrange_for_matvec` leaves
+# them: a column-major weight ([K, N] stored column by column) gives each output column to one warp, whose 32
+# threads read the column's K numbers side by side and add up their products with a warp shuffle; a row-major one
+# gives each output column to one thread, the 32 threads of a warp reading 32 neighbouring columns of a row, and
+# splits K into SPLITS slices whose partial sums a fixed-order sum adds (a deterministic split-K). Products are
+# float32, whatever the storage (float32 or float16), as cuBLAS computes them.
+
+DECODE_MATMUL_SOURCE = r"""
+#include <cuda_fp16.h>
+__device__ __forceinline__ float to_float(float x) { return x; }
+__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
+#define ROWS 8
+
+extern "C" __global__ void matmul_columns(  // w column-major: column n is w[n * K .. n * K + K)
+        const X_T* x, const W_T* w, float* out, int M, int K, int N) {
+    const int lane = threadIdx.x % 32;
+    const int n = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;  // one warp per output column
+    const int m0 = blockIdx.y * ROWS;
+    if (n >= N) return;  // the whole warp leaves together
+    float acc[ROWS] = {0.f};
+    const W_T* column = w + (long long)n * K;
+    for (int k = lane; k < K; k += 32) {
+        const float wk = to_float(column[k]);
+        for (int r = 0; r < ROWS; ++r)
+            if (m0 + r < M) acc[r] += to_float(x[(long long)(m0 + r) * K + k]) * wk;
+    }
+    for (int r = 0; r < ROWS; ++r) {
+        float sum = acc[r];
+        for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_down_sync(0xffffffff, sum, offset);
+        if (lane == 0 && m0 + r < M) out[(long long)(m0 + r) * N + n] = sum;
+    }
+}
+
+extern "C" __global__ void matmul_rows(  // w row-major: row k is w[k * N .. k * N + N); out: [SPLITS, M, N]
+        const X_T* x, const W_T* w, float* out, int M, int K, int N, int slice) {
+    const int n = blockIdx.x * blockDim.x + threadIdx.x;  // one thread per output column
+    const int m0 = blockIdx.y * ROWS, k0 = blockIdx.z * slice;
+    if (n >= N) return;
+    float acc[ROWS] = {0.f};
+    for (int k = k0; k < min(K, k0 + slice); ++k) {
+        const float wk = to_float(w[(long long)k * N + n]);
+        for (int r = 0; r < ROWS; ++r)
+            if (m0 + r < M) acc[r] += to_float(x[(long long)(m0 + r) * K + k]) * wk;
+    }
+    for (int r = 0; r < ROWS; ++r)
+        if (m0 + r < M) out[((long long)blockIdx.z * M + m0 + r) * N + n] = acc[r];
+}
+"""
+DECODE_MATMUL_ROWS, DECODE_MATMUL_THREADS, DECODE_MATMUL_SPLITS = 8, 128, 16
+
+
+@functools.cache
+def _decode_matmul_kernels(xp, x_dtype: str, w_dtype: str):
+    source = f"#define X_T {C_TYPES[x_dtype]}\n#define W_T {C_TYPES[w_dtype]}\n" + DECODE_MATMUL_SOURCE
+    return xp.RawKernel(source, "matmul_columns"), xp.RawKernel(source, "matmul_rows")
+
+
+def decode_matmul(xp):
+    """x @ w by the kernels above, for the array module `xp` (CuPy).  x [M, K], w [K, N] -> [M, N]"""
+
+    def matmul(x, w):
+        M, K = x.shape
+        N = w.shape[1]
+        if str(x.dtype) not in C_TYPES or str(w.dtype) not in C_TYPES:
+            raise TinyInferError(f"decode_matmul takes float32 or float16, not {x.dtype} @ {w.dtype}")
+        columns, rows = _decode_matmul_kernels(xp, str(x.dtype), str(w.dtype))
+        x = xp.ascontiguousarray(x)
+        row_blocks = -(-M // DECODE_MATMUL_ROWS)
+        if w.flags.f_contiguous:
+            out = xp.empty((M, N), dtype=np.float32)
+            warps = DECODE_MATMUL_THREADS // 32
+            columns((-(-N // warps), row_blocks), (DECODE_MATMUL_THREADS,), (x, w, out, np.int32(M), np.int32(K), np.int32(N)))
+        else:
+            w = xp.ascontiguousarray(w)
+            slice_ = -(-K // DECODE_MATMUL_SPLITS)
+            partial = xp.empty((DECODE_MATMUL_SPLITS, M, N), dtype=np.float32)
+            rows((-(-N // DECODE_MATMUL_THREADS), row_blocks, DECODE_MATMUL_SPLITS), (DECODE_MATMUL_THREADS,),
+                 (x, w, partial, np.int32(M), np.int32(K), np.int32(N), np.int32(slice_)))
+            out = partial.sum(axis=0)  # [SPLITS, M, N] -> [M, N], in a fixed order
+        return out.astype(xp.result_type(x.dtype, w.dtype), copy=False)
+
+    return matmul

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tinyinfer.attention import attention, causal_mask, decode_attention, soft_cap
+from tinyinfer.attention import attention, causal_mask, soft_cap
 from tinyinfer.backend import get_xp, to_device, to_numpy
 from tinyinfer.config import AttentionSpec, Config
 from tinyinfer.errors import TinyInferError, is_integer_at_least
@@ -42,7 +42,7 @@ from tinyinfer.kv_cache import ContiguousKVCache, KVCache
 from tinyinfer.kernels import choose_ops
 from tinyinfer.kv_quant import check_kv_cache_dtype
 from tinyinfer.mla import expand_values, latent_qkv
-from tinyinfer.mlp import gelu_mlp, linear
+from tinyinfer.mlp import gelu_mlp
 from tinyinfer.moe import moe_feed_forward
 from tinyinfer.norms import apply_norm
 from tinyinfer.param_tree import leaves, map_arrays
@@ -195,13 +195,11 @@ class Model:
         ids = np.concatenate([np.asarray(c.tokens, dtype=np.int64) for c in chunks])  # [T]
         positions = np.concatenate([np.arange(c.start, c.start + len(c.tokens)) for c in chunks])  # [T]
         self._check_ids(ids, positions)
-        x = p["embed"][to_device(ids, self.device)]  # [T] -> [T, d]
-        if cfg.embed_scale != 1.0:  # Gemma: sqrt(d), Granite: its multiplier, rounded to the embedding's dtype first
-            x = x * self.dtype.type(np.float32(cfg.embed_scale))
-        if cfg.position == "learned":
-            x = x + p["pos_embed"][to_device(positions, self.device)]  # GPT-2 adds a learned position vector
-        rope = self._rope(positions, self.inv_freq, self.rope_factor) if cfg.position == "rope" else None
-        local_rope = rope if self.local_inv_freq is None else self._rope(positions, self.local_inv_freq)
+        x = self.embed(to_device(ids, self.device), to_device(positions, self.device) if cfg.position == "learned"
+                       else None)  # [T] -> [T, d]
+        rope, local_rope = self.rope_tables(positions)
+        rope = None if rope is None else tuple(to_device(a, self.device) for a in rope)
+        local_rope = rope if self.local_inv_freq is None else tuple(to_device(a, self.device) for a in local_rope)
         plan = self._plan_attention(chunks, cache)
         if self.adapters is not None:  # which rows take which LoRA adapter, in every layer of this pass
             plan.adapter_routes = self.adapters.route(chunks, self.xp)
@@ -210,6 +208,26 @@ class Model:
             last = np.cumsum([len(c.tokens) for c in chunks]) - 1
             x = x[to_device(last, self.device)]  # [T, d] -> [n_chunks, d]: only what sampling needs
         return self.output_logits(x)
+
+    def decode_step(self, ids, positions, ropes: tuple, slots, cache: KVCache):
+        """One decode step of B sequences (one new token each) from arrays already on the device, with no host work:
+        what a CUDA graph captures (tinyinfer/engine/cuda_graphs.py). ids, positions [B]; ropes: the (cos, sin) of
+        the global and of the sliding layers; slots: the cache's DecodeSlots of the B sequences.  -> logits [B, V]"""
+        x = self.embed(ids, positions if self.config.position == "learned" else None)  # [B] -> [B, d]
+        plan = AttentionPlan(None, [(slice(None), slots)], [])  # every row a decode: one batch
+        x = self.run_layers(x, range(self.config.n_layers), [], plan, ropes, cache)
+        return self.output_logits(x)
+
+    def embed(self, ids, positions=None):
+        """The token embeddings of device ids [T] (Gemma's, Granite's scale; GPT-2 adds those of the positions).
+        -> [T, d]"""
+        cfg, p = self.config, self.params
+        x = p["embed"][ids]  # [T] -> [T, d]
+        if cfg.embed_scale != 1.0:  # Gemma: sqrt(d), Granite: its multiplier, rounded to the embedding's dtype first
+            x = x * self.dtype.type(np.float32(cfg.embed_scale))
+        if positions is not None:
+            x = x + p["pos_embed"][positions]  # GPT-2 adds a learned position vector
+        return x
 
     def run_layers(self, x, layers: range, chunks: list[SeqChunk], plan: AttentionPlan, ropes: tuple, cache: KVCache):
         """x through the decoder layers numbered `layers` (all of them; a pipeline stage's share: tinyinfer/
@@ -227,7 +245,7 @@ class Model:
         """The final norm and the LM head (split by vocabulary over ranks: tinyinfer/parallel.py).  [*, d] -> [*, V]"""
         cfg = self.config
         x = self.ops.norm(x, self.params["final_norm"], cfg.norm, cfg.norm_eps)
-        logits = linear(x, self.params, "lm_head")  # [*, d] -> [*, V] (+ Phi-2's bias)
+        logits = self.ops.linear(x, self.params, "lm_head")  # [*, d] -> [*, V] (+ Phi-2's bias)
         if cfg.logits_divisor != 1.0:  # Granite
             logits = logits / self.dtype.type(cfg.logits_divisor)
         return soft_cap(logits, cfg.final_softcap)
@@ -263,13 +281,13 @@ class Model:
                 out[rows] = attention(q[rows], keys, values, mask, spec.scale, spec.softcap, sinks)  # -> [n, H*hd]
         if cfg.kv_lora_rank:
             out = expand_values(out, layer, cfg)  # [T, H*(r + dr)] -> [T, H*dv]
-        return linear(out, layer, "o")  # [T, H*hd] (latent attention: [T, H*dv]) -> [T, d]
+        return self.ops.linear(out, layer, "o")  # [T, H*hd] (latent attention: [T, H*dv]) -> [T, d]
 
     def _qkv(self, layer: dict, h, rope, spec: AttentionSpec):
         """q [T, H, hd], k and v [T, KV, hd] of every token: one product, then OLMo's clamp, q/k norms, RoPE."""
         cfg = self.config
         T, q_dim, kv_dim = h.shape[0], cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
-        qkv = linear(h, layer, "qkv")  # [T, d] -> [T, q_dim + 2 kv_dim]: three projections in one product
+        qkv = self.ops.linear(h, layer, "qkv")  # [T, d] -> [T, q_dim + 2 kv_dim]: three projections in one product
         if spec.clamp is not None:  # OLMo 1: every coordinate of q, k and v within +-clip_qkv
             qkv = self.xp.clip(qkv, -spec.clamp, spec.clamp)
         q = qkv[:, :q_dim].reshape(T, cfg.n_heads, cfg.head_dim)  # -> [T, H, hd]
@@ -294,7 +312,7 @@ class Model:
             return
         keys, values = cache.read_batch(i, slots)  # 2 x [KV, B, L, hd], padded to the longest
         mask = slots.mask(spec.window)  # [B, L]
-        out[rows] = decode_attention(q[rows], keys, values, mask, spec.scale, spec.softcap, sinks)  # -> [B, H*hd]
+        out[rows] = self.ops.decode_attention(q[rows], keys, values, mask, spec.scale, spec.softcap, sinks)  # -> [B, H*hd]
 
     def feed_forward(self, i: int, layer: dict, h):
         """The MLP of layer i: SwiGLU, GPT-2's GELU MLP, or a Mixture-of-Experts (tinyinfer/moe.py).  [T, d] -> [T, d]"""
@@ -328,9 +346,13 @@ class Model:
         looped = [j for j, c in enumerate(chunks) if len(c.tokens) != 1]
         return AttentionPlan(first_rows, decode_groups, looped)
 
-    def _rope(self, positions: np.ndarray, inv_freq: np.ndarray, attention_factor: float = 1.0):
-        cos, sin = rope_angles(positions, inv_freq, self.dtype, attention_factor)  # 2 x [T, hd/2]
-        return to_device(cos, self.device), to_device(sin, self.device)
+    def rope_tables(self, positions: np.ndarray) -> tuple:
+        """(cos, sin), each [T, rotary_dim/2] on the host, of the global layers and of the sliding ones at `positions`
+        (Gemma 3's sliding layers have a theta of their own; the same pair otherwise). (None, None) without RoPE."""
+        if self.config.position != "rope":
+            return None, None
+        rope = rope_angles(positions, self.inv_freq, self.dtype, self.rope_factor)  # 2 x [T, hd/2]
+        return rope, rope if self.local_inv_freq is None else rope_angles(positions, self.local_inv_freq, self.dtype)
 
     def _check_ids(self, ids: np.ndarray, positions: np.ndarray) -> None:
         if ids.size and (ids.min() < 0 or ids.max() >= self.config.vocab_size):

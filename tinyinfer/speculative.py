@@ -53,6 +53,7 @@ class SpeculationStats:
     plain_step_s: float = float("inf")  # the fastest round without guesses: plain decoding's time per token
     guessing_s: float = 0.0  # time of the rounds with guesses, guessing and checking together
     guessing_tokens: int = 0  # tokens those rounds produced
+    guessing_rounds: int = 0  # rounds that made guesses (the others were plain steps)
 
     def count(self, proposed: int, produced: int, seconds: float) -> None:
         """Record one round: `proposed` guesses, `produced` tokens (the kept guesses and one more)."""
@@ -62,6 +63,7 @@ class SpeculationStats:
         if proposed:
             self.guessing_s += seconds
             self.guessing_tokens += produced
+            self.guessing_rounds += 1
         else:
             self.plain_step_s = min(self.plain_step_s, seconds)
 
@@ -251,6 +253,49 @@ def one_hot(token: int, vocab_size: int) -> np.ndarray:
     return q
 
 
+class GuessBudget:
+    """How many guesses the next round makes: speculation backs off where its guesses fail, so it never costs
+    much more than plain decoding (a round of j guesses costs c_v(j) / c_t = 1.5-4 plain steps on the CPU,
+    chapter 11; a round whose every guess is rejected yields one token for that price).
+
+    - every guess kept: guess k again (the text is predictable);
+    - some kept: guess one more than were kept (about where the last run of agreement ended);
+    - none kept: guess 1, after `wait` rounds with no guesses at all (plain steps); `wait` doubles with each
+      miss in a row, 1, 2, 4, ... up to MAX_WAIT, and a kept guess resets it.
+
+    Whatever the budget, each round's tokens follow the target's distribution (the rule is exact for any k
+    chosen before the round), so this changes the speed, never the output.
+
+    >>> b = GuessBudget(4); b.update(4, 0); [b.next() for _ in range(3)]   # a miss: one plain step, then 1 guess
+    [0, 1, 1]
+    >>> b.update(1, 1); b.next()                                            # kept: back to k
+    4
+    """
+
+    MAX_WAIT = 16
+
+    def __init__(self, k: int):
+        self.k, self.size, self.wait, self.misses = k, k, 0, 0
+
+    def next(self) -> int:
+        """Guesses to make this round (0: a plain step)."""
+        if self.wait:
+            self.wait -= 1
+            return 0
+        return self.size
+
+    def update(self, proposed: int, kept: int) -> None:
+        """The round made `proposed` guesses and the target kept `kept` of them."""
+        if not proposed:
+            return
+        if kept:
+            self.misses = 0
+            self.size = self.k if kept == proposed else min(self.k, kept + 1)
+        else:
+            self.wait = min(2 ** self.misses, self.MAX_WAIT)
+            self.misses, self.size = self.misses + 1, 1
+
+
 def speculative_tokens(target, draft, prompt_ids: list[int], sampler: Sampler, k: int, timings,
                        stats: SpeculationStats) -> Iterator[TokenChoice]:
     """`generate_tokens` with guesses: yields the same kind of TokenChoice, several per target step.
@@ -258,24 +303,28 @@ def speculative_tokens(target, draft, prompt_ids: list[int], sampler: Sampler, k
     `draft` is a model or prompt lookup (see `proposer`). The target's cache holds keys and values of
     `tokens[:target_done]`; a round feeds it the one token it has not seen and the guesses, and its pass gives
     the k+1 rows of logits the guesses are checked against. The first round makes no guesses: a plain
-    decoding step, timed as the yardstick the guessing rounds are compared with (`stats.slower_than_plain`).
+    decoding step, timed as the yardstick the guessing rounds are compared with (`stats.slower_than_plain`);
+    after it, a GuessBudget of at most k says how many guesses each round makes.
     """
     max_tokens = sampler.params.max_tokens
     guesser = proposer(target, draft, len(prompt_ids) + max_tokens)
     target_cache = target.new_cache(max_seqs=1, max_len=len(prompt_ids) + max_tokens)
     tokens, target_done = list(prompt_ids), len(prompt_ids) - 1
+    budget = GuessBudget(k)
     start = time.perf_counter()
     if target_done:  # the prompt but its last token: no logits needed
         target.forward([SeqChunk(0, 0, tokens[:-1])], target_cache)
     while len(tokens) - len(prompt_ids) < max_tokens:
         round_start = time.perf_counter()
         room = max_tokens - (len(tokens) - len(prompt_ids)) - 1  # the round must not overshoot
-        guesses, q = guesser.propose(tokens, min(k, room), sampler) if stats.target_steps and room else ([], [])
+        n = min(budget.next(), room) if stats.target_steps else 0  # the first round: the plain yardstick
+        guesses, q = guesser.propose(tokens, n, sampler) if n else ([], [])
         new = tokens[target_done:] + guesses  # the one token the target has not seen, then every guess
         rows = to_numpy(target.forward([SeqChunk(0, target_done, new)], target_cache, all_logits=True))  # [k+1, V]
         p = np.stack([distribution(sampler, rows[i], guesses[:i]) for i in range(len(guesses) + 1)])  # [k+1, V]
         produced = verify(p, np.array(q) if q else np.zeros((0, p.shape[-1])), guesses, sampler.rng)
         stats.count(len(guesses), len(produced), time.perf_counter() - round_start)
+        budget.update(len(guesses), len(produced) - 1)
         target_done = len(tokens) + len(produced) - 1  # the cache holds the kept guesses; the last token is new
         guesser.keep(target_done)
         for i, token in enumerate(produced):

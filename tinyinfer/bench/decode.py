@@ -9,6 +9,8 @@
 2. Hugging Face transformers (when installed, on an HF checkpoint): its own cached greedy `generate` on the
    same weights with the same thread count, against tinyinfer's own `generate`, both timed the same way:
    decode time = generate(N + 1 tokens) - generate(1 token).
+3. On the GPU, the serving engine on the same one sequence, its decode steps replayed as CUDA graphs and run eager
+   (`--enforce-eager`): one launch per step against a few hundred (tinyinfer/engine/cuda_graphs.py).
 
 The two runtimes are timed in alternation for a few rounds and each keeps its best round: on a machine
 shared with other work, a burst of load then slows one round of both, not one runtime.
@@ -30,9 +32,12 @@ from tqdm import tqdm
 
 import tinyinfer
 from tinyinfer.commands import at_least
+from tinyinfer.engine import LLM
+from tinyinfer.engine.cuda_graphs import graph_unsupported
 from tinyinfer.errors import TinyInferError
 from tinyinfer.memory import measure_read_bandwidth, param_count, resident_bytes
 from tinyinfer.quantize import weight_nbytes
+from tinyinfer.sampling import SamplingParams
 
 RANDOM_SHAPES = {  # name -> (transformers config class, its arguments)
     "gpt2-124m": ("GPT2Config", {}),
@@ -96,6 +101,25 @@ def time_tinyinfer(model, prompt: list[int], n_tokens: int) -> tuple[float, floa
     return len(prompt) / first, n_tokens / (full - first)
 
 
+def engine_timer(model, prompt: list[int], n_tokens: int, enforce_eager: bool):
+    """A function timing the serving engine's greedy decode of one sequence, as `time_tinyinfer` times generate ->
+    (prefill tokens/s, decode tokens/s): on the GPU its decode steps replay as CUDA graphs, or run eager."""
+    llm = LLM(model, max_num_seqs=1, n_blocks=-(-(len(prompt) + n_tokens + 2) // 16), enforce_eager=enforce_eager)
+
+    def generate_s(n: int) -> float:
+        start = time.perf_counter()
+        llm.generate([prompt], SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True))
+        return time.perf_counter() - start
+
+    def time_engine() -> tuple[float, float]:
+        first = generate_s(1)
+        full = generate_s(n_tokens + 1)
+        return len(prompt) / first, n_tokens / (full - first)
+
+    generate_s(2)  # warm-up (the first decode step captures the graph)
+    return time_engine
+
+
 def hf_timer(folder: Path, prompt: list[int], n_tokens: int, threads: int):
     """A function timing transformers' cached greedy generate -> (prefill tokens/s, decode tokens/s), or None
     if transformers is not installed."""
@@ -153,6 +177,9 @@ def run(args) -> int:
         read_bytes = weight_bytes * active
         bound = bandwidth / read_bytes
         timers = {"tinyinfer": lambda: time_tinyinfer(model, prompt, args.tokens)}
+        if args.device == "cuda" and graph_unsupported(model) is None:  # the engine's step, as CUDA graphs and eager
+            timers |= {f"engine, {kind}": engine_timer(model, prompt, args.tokens, kind == "eager")
+                       for kind in ("CUDA graphs", "eager")}
         hf_folder = Path(source) if source and Path(source).is_dir() else None
         skip_hf = args.no_hf or hf_folder is None or args.device != "cpu"  # transformers here runs on the CPU
         hf = None if skip_hf else hf_timer(hf_folder, prompt, args.tokens, args.threads)
@@ -165,6 +192,10 @@ def run(args) -> int:
               f"-> decode bound {bound:.1f} tokens/s")
         print(f"tinyinfer:    prefill {prefill:8.1f} tokens/s   decode {decode:7.1f} tokens/s   "
               f"= {decode / bound:.0%} of the bandwidth bound   (best of {args.rounds} rounds)")
+        if "engine, eager" in best:
+            (_, graphed), (_, eager) = best["engine, CUDA graphs"], best["engine, eager"]
+            print(f"engine, one sequence: decode {graphed:7.1f} tokens/s with CUDA graphs, {eager:7.1f} eager "
+                  f"(--enforce-eager): {graphed / eager:.2f}x, {graphed / bound:.0%} of the bandwidth bound")
         if hf is not None:
             hf_prefill, hf_decode = best["transformers"]
             print(f"transformers: prefill {hf_prefill:8.1f} tokens/s   decode {hf_decode:7.1f} tokens/s")

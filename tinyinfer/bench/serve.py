@@ -35,8 +35,9 @@ from tinyinfer.bench.prompts import random_prompt
 from tinyinfer.bench.workload import (Request, Served, percentile_ms, print_latency_table, serve_engine, sleep_until,
                                       workload_of)
 from tinyinfer.engine import LLM
+from tinyinfer.engine.cuda_graphs import graph_unsupported
 from tinyinfer.commands import at_least, positive_number
-from tinyinfer.commands.generate import add_kv_cache_dtype_argument
+from tinyinfer.commands.generate import add_enforce_eager_argument, add_kv_cache_dtype_argument
 from tinyinfer.errors import TinyInferError
 from tinyinfer.sampling import Sampler, SamplingParams, sequence_rngs
 
@@ -46,6 +47,7 @@ def add_arguments(parser) -> None:
                         "(default: the built-in model)")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     add_kv_cache_dtype_argument(parser)
+    add_enforce_eager_argument(parser)
     parser.add_argument("--requests", type=at_least(1), default=128,
                         help="requests in the workload (several times the concurrency, so the batch is mostly full)")
     parser.add_argument("--concurrency", type=at_least(1), default=32, help="sequences the engine runs at once")
@@ -85,22 +87,28 @@ def serve_and_report(args, blas: str) -> int:
     rng = np.random.default_rng(args.seed)
     workload = workload_of(args, model, rng)
     engine = dict(block_size=args.block_size, max_num_seqs=args.concurrency,
-                  max_num_batched_tokens=args.max_batched_tokens)
+                  max_num_batched_tokens=args.max_batched_tokens, enforce_eager=args.enforce_eager)
+    graphs = args.device == "cuda" and not args.enforce_eager and graph_unsupported(model) is None  # CUDA graphs serve
+    # the engines' decode steps: continuous batching then runs once more without them
     print(f"model: {args.model or 'built-in'} ({model.n_params / 1e6:.2f}M parameters), device {args.device}")
     print(f"workload: {args.requests} requests, Poisson arrivals at {args.rate:g}/s, prompts {args.prompt_len} "
           f"tokens, max_tokens {args.output_len}, temperature {args.temperature:g}, EOS allowed; "
           f"engine: {args.concurrency} concurrent sequences, blocks of {args.block_size}, "
           f"{args.max_batched_tokens} tokens per step, KV cache {args.kv_cache_dtype}; {blas}")
-    rounds = [serve_all_modes(model, workload, engine) for _ in range(args.rounds)]
-    (sequential, _), (static, _), (continuous, continuous_llm) = (
-        max(runs, key=lambda run: run[0].throughput) for runs in zip(*rounds))  # the fastest run of each mode
+    rounds = [serve_all_modes(model, workload, engine, graphs) for _ in range(args.rounds)]
+    fastest = [max(runs, key=lambda run: run[0].throughput) for runs in zip(*rounds)]  # the fastest run of each mode
+    (sequential, _), (static, _), (continuous, continuous_llm) = fastest[:3]
+    eager = [run for run, _ in fastest[3:]]  # continuous batching without CUDA graphs, where they served the others
     print(f"fastest of {args.rounds} runs of each mode, the modes taking turns")
-    print_latency_table([sequential, static, continuous])
-    same = check_same_tokens(model, workload, sequential, [static, continuous])
+    print_latency_table([sequential, static, continuous] + eager)
+    same = check_same_tokens(model, workload, sequential, [static, continuous] + eager)
     print(f"throughput: continuous / sequential = {continuous.throughput / sequential.throughput:.1f}x, "
           f"continuous / static = {continuous.throughput / static.throughput:.2f}x "
           f"(per CPU second: {continuous.cpu_throughput / sequential.cpu_throughput:.1f}x and "
           f"{continuous.cpu_throughput / static.cpu_throughput:.2f}x)")
+    for run in eager:
+        print(f"CUDA graphs: continuous batching with / without them (--enforce-eager) = "
+              f"{continuous.throughput / run.throughput:.2f}x throughput")
     if args.price_per_hour is not None:
         print("cost per 1M output tokens at $" + f"{args.price_per_hour:g}/hour: " + ", ".join(
             f"{run.name} ${cost_per_million_tokens(args.price_per_hour, run.throughput):,.2f}"
@@ -159,7 +167,7 @@ def check_same_tokens(model, workload: list[Request], reference: Served, runs: l
         (ROUNDED_CACHE_MARGIN, f"a rounding tie of the {model.kv_cache_dtype} KV cache")
     differing = [(run.name, i) for run in runs for i, ids in enumerate(run.token_ids) if ids != reference.token_ids[i]]
     if not differing:
-        print(f"same tokens in all three modes: yes ({len(workload)} requests)")
+        print(f"same tokens in all {len(runs) + 1} modes: yes ({len(workload)} requests)")
         return True
     margins = [draw_margin(model, workload[i], reference.token_ids[i], run_ids)
                for name, i in differing for run_ids in [next(r for r in runs if r.name == name).token_ids[i]]]
@@ -193,12 +201,17 @@ def draw_margin(model, request: Request, want: list[int], got: list[int]) -> flo
     return float(abs(cdf[other - 1] - u if other > chosen else u - cdf[other]))
 
 
-def serve_all_modes(model, workload: list[Request], engine: dict) -> list[tuple[Served, LLM | None]]:
-    """One run of each mode: sequential, static batching, continuous batching (with the engine it used)."""
+def serve_all_modes(model, workload: list[Request], engine: dict, graphs: bool = False) -> list[tuple[Served, LLM | None]]:
+    """One run of each mode: sequential, static batching, continuous batching (with the engine it used); with
+    `graphs` (the engines replay CUDA graphs), continuous batching once more with --enforce-eager."""
     static_llm, continuous_llm = LLM(model, static=True, **engine), LLM(model, **engine)
-    return [(serve_sequential(model, workload), None),
+    runs = [(serve_sequential(model, workload), None),
             (serve_engine(static_llm, workload, "static batching"), static_llm),
             (serve_engine(continuous_llm, workload, "continuous batching"), continuous_llm)]
+    if graphs:
+        eager_llm = LLM(model, **dict(engine, enforce_eager=True))
+        runs.append((serve_engine(eager_llm, workload, "continuous, eager"), eager_llm))
+    return runs
 
 
 def serve_sequential(model, workload: list[Request]) -> Served:

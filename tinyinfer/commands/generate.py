@@ -72,6 +72,13 @@ def add_kv_cache_dtype_argument(parser) -> None:
 ESCAPES = {"\\\\": "\\", "\\n": "\n", "\\t": "\t"}  # as typed on a command line -> the character
 
 
+def add_enforce_eager_argument(parser) -> None:
+    """vLLM's --enforce-eager: the serving engine's decode steps never replay as CUDA graphs."""
+    parser.add_argument("--enforce-eager", action="store_true",
+                        help="never capture the engine's decode steps as CUDA graphs (on --device cuda they are, "
+                             "where the model's step allows it: chapters/02-tensors.md)")
+
+
 def unescape(text: str) -> str:
     r"""Read the escapes a shell cannot type easily: `--stop '\n\n'` stops at a blank line.
 

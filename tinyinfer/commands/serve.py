@@ -24,7 +24,7 @@ import sys
 import tinyinfer
 from tinyinfer.chat import ChatTemplate
 from tinyinfer.commands import at_least, positive_number
-from tinyinfer.commands.generate import add_kv_cache_dtype_argument
+from tinyinfer.commands.generate import add_enforce_eager_argument, add_kv_cache_dtype_argument
 from tinyinfer.commands.parallel_flags import add_parallel_arguments, connect_ranks, parallel_model, rank_zero_output
 from tinyinfer.engine.limits import API_KEY_ENV, Limits
 from tinyinfer.engine.ranks import engine_on_ranks
@@ -55,6 +55,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--max-model-len", type=at_least(1), default=None,
                         help="the context window served, prompt and output (default: the model's)")
     add_kv_cache_dtype_argument(parser)
+    add_enforce_eager_argument(parser)
     add_parallel_arguments(parser)
     security = parser.add_argument_group("security and limits")
     security.add_argument("--api-key", default=None, help="require Authorization: Bearer KEY on every route but "
@@ -79,7 +80,8 @@ def run(args) -> int:
     adapters = load_adapters(model, args.lora)
     model = parallel_model(model, comm, args)
     engine = dict(block_size=args.block_size, max_num_seqs=args.max_num_seqs,
-                  max_num_batched_tokens=args.max_num_batched_tokens, prefix_caching=not args.no_prefix_caching)
+                  max_num_batched_tokens=args.max_num_batched_tokens, prefix_caching=not args.no_prefix_caching,
+                  enforce_eager=args.enforce_eager)
     with rank_zero_output(comm), engine_on_ranks(model, comm, **engine) as llm:
         return 0 if llm is None else serve(args, llm, adapters)  # None: another rank's work is done
 

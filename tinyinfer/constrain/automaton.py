@@ -9,14 +9,17 @@ nested arrays needs a stack, which parser.py keeps.
     root ::= "a" root? "b"        ->   s0 -a-> s1 -call root-> s2 -b-> end(root)
                                                   \\---eps---/
 
-Characters become UTF-8 byte-range chains (utf8.py). `{m,n}` is expanded into copies, so its cost grows
-with n. Left recursion (`x ::= x "a" | "b"`) would make the stack grow without consuming input; it is
+Characters become UTF-8 byte-range chains (utf8.py). `{m,n}` is expanded into copies, but lazily: past
+EAGER_COPIES optional copies the rest waits at a *pending* state, built (`expand`) when the parser first
+reaches it, so `json-char{0,65535}` (a maxLength) costs what the text uses, not 65,535 copies. Left recursion (`x ::= x "a" | "b"`) would make the stack grow without consuming input; it is
 refused at compile time with the rule's name.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+from itertools import islice
 
 from tinyinfer.constrain.grammar import (
     Alt,
@@ -31,6 +34,11 @@ from tinyinfer.constrain.grammar import (
 from tinyinfer.constrain.utf8 import utf8_sequences
 from tinyinfer.errors import TinyInferError
 
+SHORT_RULE = 16  # bytes: a rule whose strings are at most this long is short (Network.is_short)
+KEY_LIMIT = 4000  # characters of rule text beyond which a rule gets no shared name (rule_key)
+EAGER_COPIES = 1  # optional copies of a repetition built at once; the others as the parser reaches them
+KEY_STATES = 256  # states reachable within its rule beyond which a state gets no shared name (state_key)
+
 
 @dataclass
 class Network:
@@ -43,17 +51,95 @@ class Network:
     rule_start: dict[str, int] = field(default_factory=dict)
     rule_end: dict[str, int] = field(default_factory=dict)
     root: str = "root"
+    rules: dict[str, object] = field(default_factory=dict)  # rule name -> its grammar expression
+    rule_of: list[str] = field(default_factory=list)  # state -> the rule it belongs to
+    _rule_keys: dict[str, str | None] = field(default_factory=dict)
+    _longest_of: dict[str, float] = field(default_factory=dict)
+    _state_keys: dict[tuple[int, int], tuple | None] = field(default_factory=dict)
+    building: str = ""  # the rule new states belong to
+    pending: dict[int, tuple[Repeat, int]] = field(default_factory=dict)  # state -> copies still to build, end
+    later: dict[int, tuple[Repeat, int]] = field(default_factory=dict)  # every state that was pending, as it was
+    grammar: Grammar | None = None
 
     def new_state(self) -> int:
         self.byte_edges.append([])
         self.eps_edges.append([])
         self.call_edges.append([])
         self.end_of.append(None)
+        self.rule_of.append(self.building)
         return len(self.byte_edges) - 1
+
+    def expand(self, state: int) -> None:
+        """Build the copies of a long repetition that wait at `state`, now that the parser reached it."""
+        repeat, end = self.pending.pop(state)
+        self.building = self.rule_of[state]
+        _build_repeat(self, self.grammar, repeat, state, end, self.building)
 
     @property
     def n_states(self) -> int:
         return len(self.byte_edges)
+
+    def is_short(self, rule: str) -> bool:
+        """Is every string of `rule` at most SHORT_RULE bytes long (a JSON string character: at most 12,
+        `\\uD83D\\uDE00`)? Recursive rules and unbounded repetitions are not short."""
+        return self._longest(rule) <= SHORT_RULE
+
+    def _longest(self, rule: str) -> float:
+        if rule not in self._longest_of:
+            self._longest_of[rule] = math.inf  # reached again before it is known: the rule is recursive
+            self._longest_of[rule] = _longest(self.rules[rule], self._longest)
+        return self._longest_of[rule]
+
+    def rule_key(self, rule: str) -> str | None:
+        """The text of `rule` and of every rule it can reach (renamed in the order first reached): two
+        networks' rules with the same key have the same automata (`_build` is deterministic). None past
+        KEY_LIMIT characters: a rule that large (a whole object) is specific to its grammar."""
+        if rule not in self._rule_keys:
+            order, names, texts, size = {rule: 0}, [rule], [], 0
+            while len(texts) < len(names) and size <= KEY_LIMIT:  # breadth first over the rules reached
+                texts.append(repr(_renamed(self.rules[names[len(texts)]], order)))
+                names += islice(order, len(names), None)  # the rules this one named first
+                size += len(texts[-1])
+            self._rule_keys[rule] = "\n".join(texts) if size <= KEY_LIMIT else None
+        return self._rule_keys[rule]
+
+    def state_key(self, state: int, horizon: int) -> tuple | None:
+        """A name for `state` that two networks share when the automata from it to its rule's end agree on
+        every string of up to `horizon` bytes: its rule's states reachable from it, numbered breadth first,
+        each with its edges (calls name the callee by `rule_key`). A repetition still to be built is named
+        by its item and count, the count capped at `horizon`: n copies with n above the horizon look the same
+        to any walk that far. None past KEY_STATES states, or for a callee too large."""
+        memo = (state, horizon)
+        if memo not in self._state_keys:
+            order, queue, parts = {state: 0}, [state], []
+
+            def number(q: int) -> int:
+                if q not in order:
+                    order[q] = len(queue)
+                    queue.append(q)
+                return order[q]
+
+            for q in queue:  # grows while read: breadth first
+                if q in self.later:  # named as it was before it was built, so that history does not matter
+                    repeat, end = self.later[q]
+                    names: dict[str, int] = {}
+                    item = repr(_renamed(repeat.item, names))
+                    callees = [self.rule_key(name) for name in names]
+                    parts.append((item, tuple(callees), min(repeat.max, horizon), number(end)))
+                    if None in callees:
+                        parts = None
+                        break
+                    continue
+                callees = [self.rule_key(self.rule_of[callee]) for callee, _ in self.call_edges[q]]
+                if len(order) > KEY_STATES or None in callees:
+                    parts = None
+                    break
+                parts.append((tuple((lo, hi, number(t)) for lo, hi, t in self.byte_edges[q]),
+                              tuple(number(t) for t in self.eps_edges[q]),
+                              tuple((k, number(ret)) for k, (_, ret) in zip(callees, self.call_edges[q])),
+                              self.end_of[q] is not None))
+            self._state_keys[memo] = None if parts is None else tuple(parts)
+        return self._state_keys[memo]
 
 
 def compile_grammar(grammar: Grammar) -> Network:
@@ -61,11 +147,14 @@ def compile_grammar(grammar: Grammar) -> Network:
     net = Network(root=grammar.root)
     if grammar.root not in grammar.rules:
         raise TinyInferError(f"grammar has no {grammar.root!r} rule to start from")
+    net.rules, net.grammar = dict(grammar.rules), grammar
     for name in grammar.rules:
+        net.building = name
         net.rule_start[name] = net.new_state()
         net.rule_end[name] = net.new_state()
         net.end_of[net.rule_end[name]] = name
     for name, expr in grammar.rules.items():
+        net.building = name
         _build(net, grammar, expr, net.rule_start[name], net.rule_end[name], name)
     _check_left_recursion(net)
     return net
@@ -109,6 +198,46 @@ def _build(net: Network, grammar: Grammar, expr, start: int, end: int, rule: str
         raise TypeError(f"not a grammar expression: {expr!r}")
 
 
+def _longest(expr, longest_rule) -> float:
+    """The most bytes a string of `expr` has, or inf once that passes SHORT_RULE (or a callee is not short)."""
+    if isinstance(expr, Literal):
+        most = len(expr.text.encode("utf-8"))
+    elif isinstance(expr, CharClass):
+        points = class_code_points(expr)
+        most = len(chr(points[-1][1]).encode("utf-8", "surrogatepass")) if points else 0
+    elif isinstance(expr, Seq):
+        most = 0
+        for item in expr.items:
+            most += _longest(item, longest_rule)
+            if most > SHORT_RULE:
+                break
+    elif isinstance(expr, Alt):
+        most = 0
+        for option in expr.options:
+            most = max(most, _longest(option, longest_rule))
+            if most > SHORT_RULE:
+                break
+    elif isinstance(expr, Repeat):
+        item = _longest(expr.item, longest_rule)
+        most = 0 if expr.max == 0 or item == 0 else math.inf if expr.max is None else expr.max * item
+    else:  # a Ref
+        most = longest_rule(expr.name)
+    return most if most <= SHORT_RULE else math.inf
+
+
+def _renamed(expr, order: dict[str, int]):
+    """`expr` with every rule reference replaced by its number in `order` (new names get the next numbers)."""
+    if isinstance(expr, Ref):
+        return Ref(str(order.setdefault(expr.name, len(order))))
+    if isinstance(expr, Seq):
+        return Seq(tuple(_renamed(item, order) for item in expr.items))
+    if isinstance(expr, Alt):
+        return Alt(tuple(_renamed(option, order) for option in expr.options))
+    if isinstance(expr, Repeat):
+        return Repeat(_renamed(expr.item, order), expr.min, expr.max)
+    return expr
+
+
 def _build_repeat(net: Network, grammar: Grammar, expr: Repeat, start: int, end: int, rule: str) -> None:
     for _ in range(expr.min):  # mandatory copies
         nxt = net.new_state()
@@ -121,7 +250,10 @@ def _build_repeat(net: Network, grammar: Grammar, expr: Repeat, start: int, end:
         net.eps_edges[body_end].append(loop)
         net.eps_edges[loop].append(end)
         return
-    for _ in range(expr.max - expr.min):  # optional copies: may stop before each one
+    for built in range(expr.max - expr.min):  # optional copies: may stop before each one
+        if built == EAGER_COPIES:  # the rest when the parser gets here (`expand`): maxLength 65535 stays small
+            net.pending[start] = net.later[start] = (Repeat(expr.item, 0, expr.max - expr.min - built), end)
+            return
         net.eps_edges[start].append(end)
         nxt = net.new_state()
         _build(net, grammar, expr.item, start, nxt, rule)

@@ -57,21 +57,36 @@ class Ref:
     name: str
 
 
+class _HashedOnce:
+    """A nested expression's hash, computed once: `alt` deduplicates its options by hashing them, and a
+    deep alternation (the keys a schema forbids, letter by letter) would rehash every subtree at each level."""
+
+    def __hash__(self) -> int:
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash((type(self).__name__, *(getattr(self, f) for f in self.__dataclass_fields__)))
+            object.__setattr__(self, "_hash", cached)
+        return cached
+
+
 @dataclass(frozen=True)
-class Seq:
+class Seq(_HashedOnce):
     items: tuple
+    __hash__ = _HashedOnce.__hash__
 
 
 @dataclass(frozen=True)
-class Alt:
+class Alt(_HashedOnce):
     options: tuple
+    __hash__ = _HashedOnce.__hash__
 
 
 @dataclass(frozen=True)
-class Repeat:
+class Repeat(_HashedOnce):
     item: object
     min: int
     max: int | None  # None: unbounded
+    __hash__ = _HashedOnce.__hash__
 
 
 EMPTY = Seq(())

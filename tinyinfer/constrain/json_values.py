@@ -13,6 +13,7 @@ Integer ranges become digit patterns, the classic way:
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 
@@ -148,21 +149,25 @@ def string_not_in(names: list[str], alphabet: CharClass | None = None, min_lengt
     def rest(node: dict, depth: int) -> object:
         chars = [ch for ch in node if ch is not None and (allowed is None or _in_ranges(ord(ch), allowed))]
         options = [] if None in node or depth < min_length else [EMPTY]
-        excluded = normalize_ranges((ord(c), ord(c)) for c in chars)
-        if allowed is not None:
-            differs = json_content(CharClass(subtract_ranges(allowed, excluded)))
-        elif all(0x20 <= ord(c) < 0x80 and c not in '"\\' for c in chars):  # share rules: a smaller network
-            ascii_part = CharClass(tuple((lo, min(hi, 0x7F)) for lo, hi in
-                                         class_code_points(CharClass(excluded, negated=True)) if lo < 0x80))
-            differs = alt(json_content(ascii_part), Ref("json-non-ascii"))
-        else:
-            differs = json_content(CharClass(excluded, negated=True))
+        differs = _other_char(normalize_ranges((ord(c), ord(c)) for c in chars), allowed)
         more = Repeat(tail.item, max(0, min_length - depth - 1), None)
         options.append(seq(differs, more))
         options += [seq(Literal(json_encode_char(ord(ch))), rest(node[ch], depth + 1)) for ch in chars]
         return alt(*options)
 
     return quoted(rest(trie, 0))
+
+
+@functools.lru_cache(maxsize=4096)  # the same letters are excluded at many nodes of the names' trie
+def _other_char(excluded: tuple, allowed: tuple | None) -> object:
+    """One JSON string character (as text) outside the `excluded` code point ranges, within `allowed`."""
+    if allowed is not None:
+        return json_content(CharClass(subtract_ranges(allowed, excluded)))
+    if all(0x20 <= lo and hi < 0x80 and not lo <= ord(c) <= hi for lo, hi in excluded for c in '"\\'):
+        ascii_part = CharClass(tuple((lo, min(hi, 0x7F)) for lo, hi in
+                                     class_code_points(CharClass(excluded, negated=True)) if lo < 0x80))
+        return alt(json_content(ascii_part), Ref("json-non-ascii"))  # share rules: a smaller network
+    return json_content(CharClass(excluded, negated=True))
 
 
 def _in_ranges(cp: int, ranges) -> bool:

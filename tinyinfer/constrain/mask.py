@@ -5,12 +5,16 @@ repeats work: tokens share prefixes (" the", " then", " there"). So the vocabula
 into a *trie*, and one depth-first walk steps the parser once per trie edge, dropping a whole subtree the
 moment a byte is refused.
 
-Masks are cached per parser state. To share them between states that differ only in what lies *below*
-the current rule (the same JSON string rule reached at another depth), the walk runs on the parser's
-`local_view`: bytes that stay inside the current rules give a context-free part of the mask, cached by the
-view; where a byte finishes the current rule (the view is `escaped`), the walk records the trie node and
-finishes that subtree with the full state. Those escape points are few (tokens containing `"` inside a
-string), so most of the work is cached across contexts.
+Masks are cached per parser state, and computed in one of two ways:
+
+- Most states allow a handful of tokens (the next letters of a key, `":"`, a digit). A depth-first walk in
+  plain Python follows only the live trie nodes; it gives up past `sparse_limit` of them.
+- The others (inside a string, almost every token) take the NumPy walk, level by level, on the parser's
+  `local_view`: bytes that stay inside the current rules give a context-free part of the mask, cached by
+  the view; where a byte finishes the current rule (the view is `escaped`), the walk records the trie node
+  and finishes that subtree with the full state. Those escape points are few (tokens containing `"` inside
+  a string). The view's walk is kept in the Vocabulary under the view's shared name (`view_key`), so every
+  grammar whose strings use the same rules finds it done: a string body costs one walk per vocabulary.
 
     masker = TokenMasker(compile_grammar(g), Vocabulary([b"a", b"b", b"ab", b"<eos>"], eos_ids=[3]))
     c = Constraint(masker)
@@ -50,12 +54,24 @@ class VocabTrie:
                 node = child
             self.node_of_token[token_id] = node
         self.n_nodes = len(children)
+        self.depth = max((len(data) for data in vocab), default=0)  # bytes of the longest token
         self.parent = np.array(parent, dtype=np.int64)  # [n_nodes]
         self.child_start = np.cumsum([0] + [len(kids) for kids in children]).astype(np.int64)  # [n_nodes + 1]
         self.child_byte = np.array([b for kids in children for b in kids], dtype=np.uint8)  # [n_nodes - 1]
         self.child_node = np.array([c for kids in children for c in kids.values()], dtype=np.int64)
         self.edge_byte = np.zeros(self.n_nodes, dtype=np.uint8)  # [n_nodes]: the byte that leads to the node
         self.edge_byte[self.child_node] = self.child_byte
+        # the same in Python lists for the plain-Python walk (indexing a NumPy array per element is slow)
+        self.child_start_list, self.child_node_list = self.child_start.tolist(), self.child_node.tolist()
+        self.child_byte_bytes = self.child_byte.tobytes()
+        self._tokens_of_node: dict[int, list[int]] = {}  # node -> its tokens (two tokens may share bytes)
+        for token_id, node in enumerate(self.node_of_token.tolist()):
+            if node:
+                self._tokens_of_node.setdefault(node, []).append(token_id)
+
+    def tokens_at(self, nodes: list[int]) -> list[int]:
+        """The token ids whose bytes end at these nodes."""
+        return [t for n in nodes for t in self._tokens_of_node.get(n, ())]
 
     def prefix(self, node: int) -> bytes:
         """The byte string spelled from the root to `node`."""
@@ -64,6 +80,9 @@ class VocabTrie:
             out.append(int(self.edge_byte[node]))
             node = int(self.parent[node])
         return bytes(reversed(out))
+
+
+MAX_VIEW_WALKS = 512  # views' walks a Vocabulary keeps (each a bool per token: 50 KB for GPT-2)
 
 
 class Vocabulary:
@@ -76,6 +95,13 @@ class Vocabulary:
         if bad:
             raise TinyInferError(f"EOS id(s) {bad} outside the vocabulary of {self.size} tokens")
         self.trie = VocabTrie(token_bytes, set(self.eos_ids) | {int(i) for i in special_ids})
+        self.view_walks: dict[frozenset, tuple] = {}  # local views' walks, by shared name (TokenMasker._local_walk)
+
+    def remember_walk(self, key: frozenset, walk: tuple) -> None:
+        """Keep a view's walk for every grammar on this vocabulary (the oldest goes past MAX_VIEW_WALKS)."""
+        if len(self.view_walks) >= MAX_VIEW_WALKS:
+            self.view_walks.pop(next(iter(self.view_walks)))
+        self.view_walks[key] = walk
 
     @classmethod
     def from_tokenizer(cls, tokenizer, eos_ids=None, rows: int | None = None) -> Vocabulary:
@@ -90,49 +116,102 @@ class Vocabulary:
         return cls(token_bytes, [i for i in eos_ids if i < rows], getattr(tokenizer, "special_ids", ()))
 
 
+SPARSE_LIMIT = 512  # live trie nodes a plain-Python walk follows before the NumPy walk takes over
+FEW_CHILDREN = 16  # below this many children a trie node steps the parser per child byte
+
+
 class TokenMasker:
     """Masks over one vocabulary for one grammar, with the caches every Constraint on them shares."""
 
     def __init__(self, net: Network, vocab: Vocabulary):
         self.parser = ByteParser(net)
-        self.vocab_size, self.eos_ids, self.trie = vocab.size, vocab.eos_ids, vocab.trie
-        self._local_cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # view -> (allowed nodes, escapes)
+        self.vocab, self.vocab_size, self.eos_ids, self.trie = vocab, vocab.size, vocab.eos_ids, vocab.trie
+        self._local_cache: dict[int, tuple[np.ndarray, list]] = {}  # view -> _local_walk(view)
         self._mask_cache: dict[int, np.ndarray] = {}
         self._tables: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # state -> _transitions(state)
+        self._byte_tables: dict[int, list[int]] = {}  # state -> _byte_table(state)
+        self.sparse_limit = SPARSE_LIMIT
 
     def mask(self, state: int) -> np.ndarray:
         """Allowed tokens after reaching parser `state` (EOS exactly when the grammar may end)."""
         cached = self._mask_cache.get(state)
         if cached is None:
-            node_ok = np.zeros(self.trie.n_nodes, dtype=bool)  # [n_nodes]
-            view = self.parser.local_view(state)
-            if view != DEAD:
-                local = self._local_cache.get(view)
-                if local is None:
-                    escapes: list[np.ndarray] = []
-                    allowed = self._walk(np.array([0]), np.array([view]), escapes)
-                    local = self._local_cache[view] = (allowed, np.concatenate(escapes))
-                allowed, escapes = local
-                node_ok[allowed] = True
-                # a rule ended inside these tokens: finish them with the full state
-                starts = [(n, self.parser.step_bytes(state, self.trie.prefix(n))) for n in escapes.tolist()]
-                starts = [(n, s) for n, s in starts if s != DEAD]
-                if starts:
-                    nodes, states = (np.array(column, dtype=np.int64) for column in zip(*starts))
-                    node_ok[nodes] = True
-                    node_ok[self._walk(nodes, states)] = True
-            node_ok[0] = False
-            cached = node_ok[self.trie.node_of_token]  # [n_nodes] -> [vocab]
+            starts = [(0, state)]
+            nodes = self._walk_sparse(starts, self.sparse_limit)
+            if nodes is None:  # too many live tokens for a walk in plain Python: the view's walk, then escapes
+                local, escapes = self._local_walk(self.parser.local_view(state))
+                starts = [(n, s) for n, prefix in escapes if (s := self.parser.step_bytes(state, prefix)) != DEAD]
+                cached = local.copy()
+                nodes = self._walk_sparse(starts, self.sparse_limit)
+                if nodes is None:
+                    node_ok = np.zeros(self.trie.n_nodes, dtype=bool)  # [n_nodes]
+                    node_ok[self._walk(*(np.array(column, dtype=np.int64) for column in zip(*starts)))] = True
+                    cached |= node_ok[self.trie.node_of_token]  # [n_nodes] -> [vocab]
+                    nodes = []
+                nodes += [n for n, _ in starts]
+            else:
+                cached = np.zeros(self.vocab_size, dtype=bool)  # [vocab]
+            cached[self.trie.tokens_at(nodes)] = True
             if self.parser.accepts(state):
                 cached[self.eos_ids] = True
             self._mask_cache[state] = cached
         return cached.copy()
 
+    def _walk_sparse(self, starts: list[tuple[int, int]], limit: int) -> list[int] | None:
+        """The trie nodes below `starts` (node, parser state) whose prefix keeps the parser alive, depth first
+        in plain Python, or None as soon as more than `limit` are: most states allow a handful of tokens (a
+        key's next letters, `":"`, a digit), where a loop over the few live nodes beats NumPy's per-call cost."""
+        start, byte, child = self.trie.child_start_list, self.trie.child_byte_bytes, self.trie.child_node_list
+        allowed, stack = [], list(starts)
+        while stack:
+            node, at = stack.pop()
+            edges = range(start[node], start[node + 1])
+            if len(edges) > FEW_CHILDREN:  # the state's whole byte table (built once) beats a step per child
+                following = self._byte_table(at)
+                steps = [(edge, following[byte[edge]]) for edge in edges]
+            else:
+                steps = [(edge, self.parser.step(at, byte[edge])) for edge in edges]
+            for edge, nxt in steps:
+                if nxt != DEAD:
+                    allowed.append(child[edge])
+                    stack.append((child[edge], nxt))
+            if len(allowed) > limit:
+                return None
+        return allowed
+
+    def _byte_table(self, state: int) -> list[int]:
+        """The parser state after each of the 256 bytes (DEAD where none), as a list (memoized)."""
+        table = self._byte_tables.get(state)
+        if table is None:
+            table = self._byte_tables[state] = self.parser.step_all(state)
+        return table
+
+    def _local_walk(self, view: int) -> tuple[np.ndarray, list[tuple[int, bytes]]]:
+        """For a local view: the tokens it allows without escaping (bool [vocab]) and its escapes (trie node,
+        the node's bytes). Cached per view, and in the vocabulary under the view's shared name, so another
+        grammar with the same string rule finds the walk done."""
+        local = self._local_cache.get(view)
+        if local is None:
+            key = None if view == DEAD else self.parser.view_key(view, self.trie.depth + 1)
+            local = self.vocab.view_walks.get(key) if key is not None else None
+            if local is None:
+                node_ok = np.zeros(self.trie.n_nodes, dtype=bool)  # [n_nodes]
+                escapes: list[np.ndarray] = []
+                if view != DEAD:
+                    node_ok[self._walk(np.array([0]), np.array([view]), escapes)] = True
+                node_ok[0] = False
+                nodes = np.concatenate(escapes).tolist() if escapes else []
+                local = (node_ok[self.trie.node_of_token], [(n, self.trie.prefix(n)) for n in nodes])
+                if key is not None:
+                    self.vocab.remember_walk(key, local)
+            self._local_cache[view] = local
+        return local
+
     def _transitions(self, state: int) -> tuple[np.ndarray, np.ndarray]:
         """For each of the 256 bytes: the next parser state (DEAD if none) and whether it is escaped."""
         table = self._tables.get(state)
         if table is None:
-            following = np.array(self.parser.step_all(state), dtype=np.int64)  # [256]
+            following = np.array(self._byte_table(state), dtype=np.int64)  # [256]
             escaped = np.array([s != DEAD and self.parser.escaped(s) for s in following.tolist()])  # [256]
             table = self._tables[state] = (following, escaped)
         return table

@@ -23,11 +23,12 @@ returning there would only pop again. So right recursion, the way automata becom
 (`s-0 ::= [a-z] s-1`, `s-1 ::= [0-9] s-0 | ""`), runs in constant stack depth, and the same automaton state
 is the same parser state however long the text, which is what lets masks be cached.
 
-`local_view(state)` supports the mask cache (mask.py): it keeps the top VIEW_DEPTH frames of every stack
-and re-roots them on a numbered placeholder, so states that differ only *below* those rules (a JSON string
-at depth 1 or depth 5) share one view.
+`local_view(state)` supports the mask cache (mask.py): it keeps the top frame of every stack (and the
+callers of *short* rules, a string's character rule) and re-roots them on a numbered placeholder, so states
+that differ only *below* those rules (a JSON string at depth 1 or depth 5) share one view.
 Popping into a placeholder marks the resulting state as `escaped`: what follows depends on the context
-the view forgot, and the mask layer asks the full state instead.
+the view forgot, and the mask layer asks the full state instead. `view_key(view)` names a view in terms
+any network shares (`Network.state_key`), so grammars on one vocabulary share the walks of their views.
 """
 
 from __future__ import annotations
@@ -37,7 +38,6 @@ from tinyinfer.constrain.automaton import Network
 DEAD = -1  # step() result when the byte cannot extend a valid prefix
 ACCEPT = 0  # stack node id: popping into it means the root rule has ended
 _ACCEPT_MARK = -1  # network "state" of the ACCEPT node; placeholders use -2, -3, ...
-VIEW_DEPTH = 2  # stack frames a local view keeps: a character rule inside a string rule, for instance
 
 
 class ByteParser:
@@ -55,9 +55,6 @@ class ByteParser:
         self._next_bytes: list[bytes | None] = []
         self._steps: list[dict[int, int]] = []
         self._local_views: dict[int, int] = {}
-        self._returns_at_once = [  # network state -> it only ends its rule (a tail call need not push it)
-            net.end_of[q] is not None and not (net.byte_edges[q] or net.eps_edges[q] or net.call_edges[q])
-            for q in range(net.n_states)]
         self.initial = self._closure([self._node(net.rule_start[net.root], ACCEPT)])
 
     # ------------------------------------------------------------ interning
@@ -101,16 +98,23 @@ class ByteParser:
             if state < 0:  # ACCEPT or a placeholder: the stack bottomed out here
                 ready.add(node)
                 continue
+            if state in net.pending:  # copies of a long repetition, built when first reached
+                net.expand(state)
             if net.byte_edges[state]:
                 ready.add(node)
             for target in net.eps_edges[state]:
                 work.append(self._node(target, parent))
             for callee_start, ret in net.call_edges[state]:  # push the return point, enter the callee
-                caller = parent if self._returns_at_once[ret] else self._node(ret, parent)
+                caller = parent if self._returns_at_once(ret) else self._node(ret, parent)
                 work.append(self._node(callee_start, caller))
             if net.end_of[state] is not None:  # rule done: continue with the caller's stack
                 work.append(parent)
         return self._intern(frozenset(ready)) if ready else DEAD
+
+    def _returns_at_once(self, q: int) -> bool:
+        """Does network state `q` only end its rule (so a tail call returning there need not push it)?"""
+        net = self.net
+        return net.end_of[q] is not None and not (net.byte_edges[q] or net.eps_edges[q] or net.call_edges[q])
 
     def step(self, state: int, byte: int) -> int:
         """The parser state after one more byte, or DEAD. Memoized per (state, byte)."""
@@ -187,15 +191,19 @@ class ByteParser:
         return cached
 
     def local_view(self, state: int) -> int:
-        """The state with each stack cut below its top VIEW_DEPTH frames and re-rooted on a placeholder
-        (numbered in a fixed order), so the same rules reached from different callers share one view."""
+        """The state with each stack cut below its top frame and re-rooted on a placeholder (numbered in a
+        fixed order), so the same rules reached from different callers share one view. A frame in a *short*
+        rule (`Network.is_short`: a character, an escape) keeps its caller's frame too, since it
+        returns within a byte or two: the character rule of a string keeps the string rule, whose loop
+        takes the next character, while the object around the string is cut away (popping into it is an
+        escape like any other), so the view is the string's alone and other grammars share it."""
         view = self._local_views.get(state)
         if view is None:
             cuts: dict[int, int] = {}
             nodes = set()
             for node in sorted(self._state_nodes[state], key=lambda n: self._nodes[n]):
                 frames, cut = [], node
-                while len(frames) < VIEW_DEPTH and self._nodes[cut][0] >= 0:
+                while self._nodes[cut][0] >= 0 and (not frames or self.net.is_short(self.net.rule_of[frames[-1]])):
                     frames.append(self._nodes[cut][0])
                     cut = self._nodes[cut][1]
                 if not frames:  # the ACCEPT marker: the full state handles EOS
@@ -206,3 +214,18 @@ class ByteParser:
                 nodes.add(rebuilt)
             view = self._local_views[state] = self._intern(frozenset(nodes)) if nodes else DEAD
         return view
+
+    def view_key(self, view: int, horizon: int) -> frozenset | None:
+        """What a local view's walk over tokens of up to `horizon` bytes depends on, in names any network
+        shares (`Network.state_key`): the frames of each stack, top first; None if one has no shared name. Placeholders are left out: which caller
+        a stack returns to never changes which bytes it takes before it escapes."""
+        stacks = set()
+        for node in self._state_nodes[view]:
+            frames = []
+            while self._nodes[node][0] >= 0:
+                frames.append(self.net.state_key(self._nodes[node][0], horizon))
+                node = self._nodes[node][1]
+            if None in frames:
+                return None
+            stacks.add(tuple(frames))
+        return frozenset(stacks)

@@ -33,6 +33,7 @@ import os
 import time
 from dataclasses import dataclass
 
+from tinyinfer.engine.cuda_graphs import DecodeGraphs
 from tinyinfer.engine.paged_cache import PagedKVCache
 from tinyinfer.engine.scheduler import Scheduler, SchedulerConfig
 from tinyinfer.engine.sequence import RequestMetrics, Sequence, Status
@@ -102,14 +103,16 @@ class LLM:
     block_size: tokens per KV block. n_blocks: blocks in the pool (default: every slot can hold a full
     context). max_num_seqs: sequences running at once. max_num_batched_tokens: tokens per step (decodes and
     prefill chunks together). chunked_prefill, prefix_caching: the two optimisations, on by default.
-    static: the static-batching baseline instead of continuous batching. kv_cache_dtype: how the pool stores
+    static: the static-batching baseline instead of continuous batching. enforce_eager: never capture the decode
+    step as a CUDA graph (vLLM's flag; graphs serve decode steps on device "cuda" otherwise, where the model's step
+    is capturable: tinyinfer/engine/cuda_graphs.py; the CPU never uses them). kv_cache_dtype: how the pool stores
     keys and values, "auto" (the compute dtype), "float16" or "int8" (tinyinfer/kv_quant.py); None: as the
     model's own caches do (`model.kv_cache_dtype`, set by `tinyinfer.load`).
     """
 
     def __init__(self, model, *, block_size: int = 16, n_blocks: int | None = None, max_num_seqs: int = 32,
                  max_num_batched_tokens: int = 512, chunked_prefill: bool = True, prefix_caching: bool = True,
-                 static: bool = False, kv_cache_dtype: str | None = None):
+                 static: bool = False, kv_cache_dtype: str | None = None, enforce_eager: bool = False):
         if isinstance(model, (str, os.PathLike)):
             model = load(model, kv_cache_dtype=kv_cache_dtype or "auto")
         if not (hasattr(model, "forward") and hasattr(model, "config")):
@@ -124,6 +127,7 @@ class LLM:
         self.cache = PagedKVCache(model.config, n_blocks, block_size, model.dtype, model.xp,
                                   kv_cache_dtype or model.kv_cache_dtype)
         self.scheduler = Scheduler(config, self.cache)
+        self.graphs = None if enforce_eager or model.device != "cuda" else DecodeGraphs(model, self.cache, max_num_seqs)
         self.requests: dict[str, list[Sequence]] = {}  # unfinished requests by id: their samples
         self.step_log: list[StepRecord] = []
         self.generated_tokens = 0
@@ -173,7 +177,7 @@ class LLM:
         batch = self.scheduler.schedule()
         if not batch.sequences:
             return []
-        logits = self.model.forward(batch.chunks, self.cache)  # [n_seqs, V]: the last token of each chunk
+        logits = self.execute_model(batch.chunks)  # [n_seqs, V]: the last token of each chunk
         self.scheduler.advance(batch)
         ready = [(row, seq) for row, seq in enumerate(batch.sequences)  # not a prefill chunk short of the end
                  if seq.num_computed == seq.num_tokens and seq.status is not Status.FINISHED]  # nor a padding row
@@ -184,6 +188,13 @@ class LLM:
         self._log(batch)
         return outputs
         # END EXERCISE 10.3
+
+    def execute_model(self, chunks):
+        """One forward pass over the scheduled chunks: a CUDA graph's replay where one serves the step (a decode
+        step on the GPU, tinyinfer/engine/cuda_graphs.py), `Model.forward` otherwise.  -> [len(chunks), V]"""
+        if self.graphs is not None and self.graphs.serves(chunks):
+            return self.graphs.execute(chunks)
+        return self.model.forward(chunks, self.cache)
 
     def abort(self, request_id: str) -> None:
         """Stop a request now (all its samples): their blocks are freed at once. Unknown ids are ignored."""

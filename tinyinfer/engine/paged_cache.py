@@ -3,7 +3,7 @@
 A contiguous cache gives every sequence a slab of `max_len` positions up front, used or not. A paged cache
 gives out memory `block_size` tokens at a time, as the sequence grows, from a pool shared by all sequences:
 
-    pool (per layer, K and V):   [n_kv_heads, n_blocks, block_size, head_dim]
+    pool (per layer, K and V):   [n_kv_heads, n_blocks + 1, block_size, head_dim]  (the last: padding rows')
     block table of a sequence:   [7, 2, 9]  ->  positions 0..15 live in block 7, 16..31 in 2, 32..47 in 9
 
 (Heads come first so that the blocks gathered for a sequence, [KV, n, bs, hd], are already its keys in
@@ -75,7 +75,8 @@ class PagedKVCache:
                  kv_cache_dtype: str = "auto"):
         self.block_size = block_size
         self.n_blocks = n_blocks
-        shape = (config.n_kv_heads, n_blocks, block_size, config.head_dim)
+        self.pad_block = n_blocks  # one block more than the allocator hands out: where padding rows write (CUDA graphs)
+        shape = (config.n_kv_heads, n_blocks + 1, block_size, config.head_dim)
         kv_cache_dtype = check_kv_cache_dtype(kv_cache_dtype)  # stored as the model's dtype, float16 or int8
         self.k = [kv_storage(shape, kv_cache_dtype, dtype, xp) for _ in range(config.n_layers)]  # per layer [KV, N, bs, hd]
         self.v = self.k if config.values_are_keys else [  # latent attention: the values are the keys, one pool
@@ -85,12 +86,13 @@ class PagedKVCache:
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the whole pool (all layers, K and V)."""
-        return sum(a.nbytes for a in self.k) + (0 if self.v is self.k else sum(a.nbytes for a in self.v))
+        """Bytes of the n_blocks blocks the allocator hands out (all layers, K and V; the padding block not counted)."""
+        return self.bytes_per_block * self.n_blocks
 
     @property
     def bytes_per_block(self) -> int:
-        return self.nbytes // self.n_blocks
+        pool = sum(a.nbytes for a in self.k) + (0 if self.v is self.k else sum(a.nbytes for a in self.v))
+        return pool // (self.n_blocks + 1)
 
     def slots(self, seq_id: int, start: int, end: int) -> tuple[np.ndarray, np.ndarray]:
         """(block id, offset in block) of positions start..end-1 of a sequence.

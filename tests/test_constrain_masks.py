@@ -1,0 +1,108 @@
+"""Token masks on real schemas against a token-by-token reference: every fast path (the plain-Python walk, the
+NumPy walk on a local view, escapes finished with the full state, walks shared between grammars through the
+vocabulary) must give exactly the tokens whose bytes the parser survives."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+
+from tests.conftest import SHARED_DATA, shared_data
+from tinyinfer.constrain.automaton import compile_grammar
+from tinyinfer.constrain.grammar import parse_grammar
+from tinyinfer.constrain.json_schema import schema_to_grammar
+from tinyinfer.constrain.mask import Constraint, TokenMasker, Vocabulary
+from tinyinfer.constrain.parser import DEAD
+from tinyinfer.errors import TinyInferError
+
+VOCAB_SIZE = 4096  # GPT-2's first tokens: every byte, then the earliest merges (`",`, ` the`, digits...)
+STEPS = 16
+
+
+@pytest.fixture(scope="module")
+def token_bytes():
+    from tinyinfer.tokenizer import Tokenizer
+
+    gpt2 = Tokenizer.from_file(shared_data("tokenizers/gpt2/tokenizer.json"))
+    return [gpt2.token_bytes(i) for i in range(VOCAB_SIZE)] + [b"<|endoftext|>"]
+
+
+def reference_mask(masker: TokenMasker, token_bytes: list[bytes], state: int) -> np.ndarray:
+    """Each token tried alone: allowed when the parser survives all its bytes; EOS when the text may end."""
+    parser = masker.parser
+    mask = np.array([bool(t) and parser.step_bytes(state, t) != DEAD for t in token_bytes])
+    mask[masker.eos_ids] = parser.accepts(state)
+    return mask
+
+
+def one_schema_per_subset() -> list[dict]:
+    rows = []
+    for path in sorted((SHARED_DATA / "jsonschema").glob("*.jsonl")):
+        lines = path.read_text(encoding="utf-8").splitlines()
+        rows.append(json.loads(random.Random(path.stem).choice(lines))["schema"])
+    return rows
+
+
+@pytest.mark.parametrize("sparse_limit", [0, None])  # 0: every mask through the NumPy walk and its views
+def test_masks_equal_the_token_by_token_reference_on_real_schemas(token_bytes, sparse_limit):
+    vocab = Vocabulary(token_bytes, eos_ids=[VOCAB_SIZE])  # one vocabulary: grammars share its walks
+    checked = 0
+    for index, schema in enumerate(one_schema_per_subset()):
+        try:
+            masker = TokenMasker(compile_grammar(schema_to_grammar(schema)), vocab)
+        except TinyInferError:
+            continue
+        if sparse_limit is not None:
+            masker.sparse_limit = sparse_limit
+        constraint, rng = Constraint(masker), np.random.default_rng(index)
+        for _ in range(STEPS):
+            mask = constraint.allowed_mask()
+            expected = reference_mask(masker, token_bytes, constraint.state)
+            assert (mask == expected).all(), (index, np.flatnonzero(mask != expected)[:10])
+            checked += 1
+            allowed = np.flatnonzero(mask)
+            token = int(allowed[rng.integers(allowed.size)])
+            if token == VOCAB_SIZE:
+                break
+            constraint.advance(token)
+    assert checked > 100
+    assert vocab.view_walks, "no walk was shared through the vocabulary"
+
+
+def test_a_string_walk_is_shared_between_grammars_yet_exact(token_bytes):
+    """Grammars with the same string rule in different objects: the second finds the first's walk in the
+    vocabulary (no new entry), and its mask still follows its own object (`"}` vs `",`). A string of at most
+    two characters over the same character rule is another walk (a new entry, refusing longer tokens)."""
+    vocab = Vocabulary(token_bytes, eos_ids=[VOCAB_SIZE])
+    chars = "\n" + r'char ::= [^"\\\x00-\x1F] | "\\" ["\\/bfnrt]'
+    string = "\n" + r'str ::= "\"" char* "\""' + chars
+    grammars = [(r'root ::= "{\"a\":" str "}"' + string, b'{"a":"x', 1),
+                (r'root ::= "[" str "," str "]"' + string, b'["x', 0),
+                (r'root ::= "[" str "]"' + "\n" + r'str ::= "\"" char{0,2} "\""' + chars, b'["x', 1)]
+    for grammar, text, new_walks in grammars:
+        masker = TokenMasker(compile_grammar(parse_grammar(grammar)), vocab)
+        masker.sparse_limit = 0
+        state = masker.parser.step_bytes(masker.parser.initial, text)
+        walks_before = len(vocab.view_walks)
+        assert (masker.mask(state) == reference_mask(masker, token_bytes, state)).all(), grammar
+        assert len(vocab.view_walks) == walks_before + new_walks, grammar
+
+
+def test_a_long_bounded_string_is_built_lazily_and_shares_walks_far_from_its_bound(token_bytes):
+    """maxLength 3000: the copies are built as the text reaches them, positions with more characters left than
+    the longest token has bytes share one walk, and masks near the bound refuse the tokens that would pass it."""
+    vocab = Vocabulary(token_bytes, eos_ids=[VOCAB_SIZE])
+    chars = "\n" + r'char ::= [^"\\\x00-\x1F] | "\\" ["\\/bfnrt]'
+    net = compile_grammar(parse_grammar(r'root ::= "[" str "]"' + "\n" + r'str ::= "\"" char{0,3000} "\""' + chars))
+    assert net.n_states < 100  # one copy built; all 3000 would take some 20,000 states
+    masker = TokenMasker(net, vocab)
+    masker.sparse_limit = 0
+    walks = []
+    for length in (1, 2, 500, 2990, 2999, 3000):
+        state = masker.parser.step_bytes(masker.parser.initial, b'["' + b"a" * length)
+        assert (masker.mask(state) == reference_mask(masker, token_bytes, state)).all(), length
+        walks.append(len(vocab.view_walks))
+    assert walks[0] == walks[1] == walks[2] < walks[3] < walks[4] < walks[5]  # 1, 2, 500 chars: one walk
