@@ -251,9 +251,9 @@ class _FixedUniform:
 
 @pytest.mark.exercise("6.1")
 def test_a_draw_on_the_edge_of_an_interval_takes_the_token_that_starts_there():
-    """Wrong answer: `np.searchsorted`'s default side ("left"): u == cdf[i] then picks token i, whose interval
-    [cdf[i-1], cdf[i]) ends before u, and u = 0 picks a first token of probability 0. The token drawn is the
-    first whose cumulative probability *exceeds* u."""
+    """Wrong answer: `np.searchsorted`'s default side ("left"): u == cdf[i] then picks token i, although its
+    interval [cdf[i-1], cdf[i]) stops short of u, and u = 0 picks a first token of probability 0. The token
+    drawn is the first whose cumulative probability *exceeds* u."""
     probs = np.array([0.0, 0.25, 0.0, 0.5, 0.25])
     cdf = np.cumsum(probs)  # 0, 0.25, 0.25, 0.75, 1: exact in binary
     for u in (0.0, 0.25, 0.75, 0.5):
