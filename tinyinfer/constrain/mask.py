@@ -64,14 +64,18 @@ class VocabTrie:
         # the same in Python lists for the plain-Python walk (indexing a NumPy array per element is slow)
         self.child_start_list, self.child_node_list = self.child_start.tolist(), self.child_node.tolist()
         self.child_byte_bytes = self.child_byte.tobytes()
-        self._tokens_of_node: dict[int, list[int]] = {}  # node -> its tokens (two tokens may share bytes)
+        self._token_at = [-1] * self.n_nodes  # node -> the token whose bytes end there (-1: none)
+        self._more_tokens: dict[int, list[int]] = {}  # node -> further tokens with the same bytes (rare)
         for token_id, node in enumerate(self.node_of_token.tolist()):
-            if node:
-                self._tokens_of_node.setdefault(node, []).append(token_id)
+            if node and self._token_at[node] >= 0:
+                self._more_tokens.setdefault(node, []).append(token_id)
+            elif node:
+                self._token_at[node] = token_id
 
     def tokens_at(self, nodes: list[int]) -> list[int]:
         """The token ids whose bytes end at these nodes."""
-        return [t for n in nodes for t in self._tokens_of_node.get(n, ())]
+        tokens = [t for n in nodes if (t := self._token_at[n]) >= 0]
+        return tokens + [t for n in nodes for t in self._more_tokens.get(n, ())] if self._more_tokens else tokens
 
     def prefix(self, node: int) -> bytes:
         """The byte string spelled from the root to `node`."""
@@ -117,6 +121,7 @@ class Vocabulary:
 
 
 SPARSE_LIMIT = 512  # live trie nodes a plain-Python walk follows before the NumPy walk takes over
+MANY_BYTES = 64  # a state taking more first bytes than this (a string body) goes straight to the NumPy walk
 FEW_CHILDREN = 16  # below this many children a trie node steps the parser per child byte
 
 
@@ -136,26 +141,32 @@ class TokenMasker:
         """Allowed tokens after reaching parser `state` (EOS exactly when the grammar may end)."""
         cached = self._mask_cache.get(state)
         if cached is None:
-            starts = [(0, state)]
-            nodes = self._walk_sparse(starts, self.sparse_limit)
-            if nodes is None:  # too many live tokens for a walk in plain Python: the view's walk, then escapes
+            nodes = None
+            if len(self.parser.next_bytes(state)) <= MANY_BYTES:  # a few first bytes: likely a few tokens
+                nodes = self._walk_sparse([(0, state)], self.sparse_limit)
+            if nodes is None:  # the view's walk (shared), then its escapes finished with the full state
                 local, escapes = self._local_walk(self.parser.local_view(state))
                 starts = [(n, s) for n, prefix in escapes if (s := self.parser.step_bytes(state, prefix)) != DEAD]
-                cached = local.copy()
-                nodes = self._walk_sparse(starts, self.sparse_limit)
-                if nodes is None:
-                    node_ok = np.zeros(self.trie.n_nodes, dtype=bool)  # [n_nodes]
-                    node_ok[self._walk(*(np.array(column, dtype=np.int64) for column in zip(*starts)))] = True
-                    cached |= node_ok[self.trie.node_of_token]  # [n_nodes] -> [vocab]
-                    nodes = []
-                nodes += [n for n, _ in starts]
+                cached = local | self._tokens_below(starts)  # [vocab]
             else:
                 cached = np.zeros(self.vocab_size, dtype=bool)  # [vocab]
-            cached[self.trie.tokens_at(nodes)] = True
+                cached[self.trie.tokens_at(nodes)] = True
             if self.parser.accepts(state):
                 cached[self.eos_ids] = True
             self._mask_cache[state] = cached
         return cached.copy()
+
+    def _tokens_below(self, starts: list[tuple[int, int]]) -> np.ndarray:
+        """bool [vocab]: the tokens at or below trie nodes reached alive, each in its parser state."""
+        tokens = np.zeros(self.vocab_size, dtype=bool)  # [vocab]
+        nodes = self._walk_sparse(starts, self.sparse_limit)
+        if nodes is None:
+            node_ok = np.zeros(self.trie.n_nodes, dtype=bool)  # [n_nodes]
+            node_ok[self._walk(*(np.array(column, dtype=np.int64) for column in zip(*starts)))] = True
+            tokens |= node_ok[self.trie.node_of_token]  # [n_nodes] -> [vocab]
+            nodes = []
+        tokens[self.trie.tokens_at(nodes + [n for n, _ in starts])] = True
+        return tokens
 
     def _walk_sparse(self, starts: list[tuple[int, int]], limit: int) -> list[int] | None:
         """The trie nodes below `starts` (node, parser state) whose prefix keeps the parser alive, depth first
