@@ -37,6 +37,7 @@ COMPUTED = {
     "2.q1": lambda: 7e9 * 2 / 2**30,
     "2.q2": lambda: 3.35e12 / (7e9 * 2),
     "2.q3": lambda: float(bf16_to_f32(np.array([0x4049], dtype=np.uint16))[0]),
+    "2.q4": lambda: max(400 * 6e-6, 2.48e9 / 3.35e12) / max(6e-6, 2.48e9 / 3.35e12),  # eager step / graph step
     "3.q1": lambda: 4096 * 4096 * 4 / 2**20,
     "3.q2": lambda: sum(10_000 - 4096 < p <= 10_000 for p in range(10_001)),
     "3.q3": lambda: (1000 * 1001 / 2) / 1000**2,

@@ -21,6 +21,7 @@ from tinyinfer.engine import LLM
 from tinyinfer.engine.cuda_graphs import BATCH_SIZES_TO_CAPTURE, capture_sizes, graph_unsupported
 from tinyinfer.kernels import PLAIN_OPS
 from tinyinfer.model import SeqChunk
+from tinyinfer.quantize import quantize_model
 
 PROMPTS = ["ROMEO:", "JULIET:\nO Romeo", "KING:", "QUEEN:\nMy lord", "First Citizen:"]
 
@@ -156,9 +157,27 @@ def test_steps_a_graph_cannot_serve_run_eager():
     assert graphs.serves([SeqChunk(0, 4, [1]), SeqChunk(1, 9, [2])])
     llm.generate(["ROMEO:"], tinyinfer.SamplingParams(temperature=0, max_tokens=1))  # a prefill only: no graph
     assert graphs.captures == 0
-    moe = tinyinfer.load("shakespeare-moe", device="cuda")
-    assert "Mixture-of-Experts" in graph_unsupported(moe)
-    assert LLM(moe).generate(["ROMEO:"], tinyinfer.SamplingParams(temperature=0, max_tokens=4))[0].token_ids
+    eager_only = {"Mixture-of-Experts": tinyinfer.load("shakespeare-moe", device="cuda"),
+                  "int8 KV cache": tinyinfer.load("shakespeare", device="cuda", kv_cache_dtype="int8"),
+                  "quantised": quantize_model(tinyinfer.load("shakespeare", device="cuda"), "int8")}
+    for reason, other in eager_only.items():
+        assert reason in graph_unsupported(other)
+        engine = LLM(other)
+        assert engine.generate(["ROMEO:"], tinyinfer.SamplingParams(temperature=0, max_tokens=4))[0].token_ids
+        assert engine.graphs.captures == 0
+
+
+@pytest.mark.gpu
+def test_enforce_eager_on_the_command_line_runs_the_engine_without_graphs(capsys):
+    from tinyinfer.cli import main  # noqa: PLC0415
+
+    assert main(["bench", "serve", "--device", "cuda", "--enforce-eager", "--requests", "4", "--concurrency", "2",
+                 "--rounds", "1", "--prompt-len", "8:12", "--output-len", "3:5", "--prefix-len", "16",
+                 "--prefix-requests", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "continuous batching" in out and "continuous, eager" not in out and "CUDA graphs" not in out
+    if not REAL_GPU:
+        assert get_xp("cuda").transfers.captures == 0
 
 
 def test_the_cpu_never_captures_graphs():
@@ -170,3 +189,72 @@ def test_the_cpu_never_captures_graphs():
 def test_batches_are_padded_to_vllms_buckets():
     assert capture_sizes(3) == [1, 2, 4] and capture_sizes(8) == [1, 2, 4, 8] and capture_sizes(9)[-1] == 16
     assert capture_sizes(1000) == BATCH_SIZES_TO_CAPTURE and BATCH_SIZES_TO_CAPTURE[-1] == 256
+
+
+# --- the stand-in's model of stream capture (as CuPy's own tests/cupy_tests/cuda_tests/test_graph.py checks CuPy) -----
+
+def _standin():
+    import strict_cupy  # noqa: PLC0415 - the stand-in itself, not the device
+
+    return strict_cupy
+
+
+def test_standin_replays_the_recorded_work_from_the_static_inputs_into_the_same_output():
+    cp = _standin()
+    cp.transfers.reset()
+    x, out = cp.asarray(np.arange(4.0)), cp.zeros(4)
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        stream.begin_capture()
+        temporary = x * 2.0 + 1.0
+        out[...] = temporary.sum() + temporary
+        graph = stream.end_capture()
+    assert np.isnan(temporary.get()).all()  # nothing has run yet: what the capture allocated holds no values
+    graph.launch(stream)
+    np.testing.assert_array_equal(out.get(), 16.0 + np.arange(4.0) * 2 + 1)
+    x.set(np.full(4, 10.0))  # a new input, copied into the same buffer
+    graph.launch(stream)
+    np.testing.assert_array_equal(out.get(), np.full(4, 105.0))
+    assert (cp.transfers.captures, cp.transfers.graph_launches) == (1, 2)
+
+
+@pytest.mark.parametrize("sync", [lambda a: float(a.sum()), lambda a: a.get(), lambda a: bool(a[0] > 0),
+                                  lambda a: _standin().asarray(np.ones(2)),
+                                  lambda a: _standin().cuda.get_current_stream().synchronize()],
+                         ids=["scalar", "get", "bool", "host-to-device", "synchronize"])
+def test_standin_refuses_a_sync_or_a_copy_in_while_capturing_and_invalidates_the_capture(sync):
+    cp = _standin()
+    a, stream = cp.ones(3), cp.cuda.Stream(non_blocking=True)
+    with stream:
+        stream.begin_capture()
+        with pytest.raises(cp.CUDARuntimeError, match="cudaErrorStreamCaptureUnsupported"):
+            sync(a)
+        with pytest.raises(cp.CUDARuntimeError, match="cudaErrorStreamCaptureInvalidated"):
+            stream.end_capture()
+    assert not stream.is_capturing() and float(a.sum()) == 3.0  # out of capture mode, usable as before
+
+
+def test_standin_refuses_cublas_and_data_dependent_shapes_while_capturing():
+    cp = _standin()
+    a, stream = cp.ones((3, 3)), cp.cuda.Stream(non_blocking=True)
+    with stream:
+        stream.begin_capture()
+        with pytest.raises(NotImplementedError, match="cuBLAS"):
+            a @ a
+        with pytest.raises(NotImplementedError, match="cuBLAS"):
+            cp.matmul(a, a)
+        integers = cp.ones((2, 2), dtype=np.int64) @ cp.ones((2, 2), dtype=np.int64)  # CuPy's own kernel: fine
+        with pytest.raises(RuntimeError, match="capturing"):
+            cp.nonzero(a)
+        with pytest.raises(RuntimeError, match="capturing"):
+            a[a > 0]
+        graph = stream.end_capture()
+    graph.launch()
+    assert integers.get().tolist() == [[2, 2], [2, 2]]
+    with pytest.raises(RuntimeError, match="default"):
+        cp.cuda.Stream.null.begin_capture()
+    with stream:
+        stream.begin_capture()
+        with cp.cuda.Stream.null, pytest.raises(RuntimeError, match="missing from the graph"):
+            a + 1  # queued off the capturing stream: on a GPU it would run now, not in the graph
+        stream.end_capture()

@@ -223,6 +223,7 @@ def test_bench_decode_on_the_device_reports_the_gpu_memory_bound(capsys):
     out = capsys.readouterr().out
     assert "GPU memory bandwidth (measured" in out and "of the bandwidth bound" in out
     assert "float16" in out
+    assert "tokens/s with CUDA graphs" in out and "eager (--enforce-eager)" in out  # the engine's decode, both ways
 
 
 @pytest.mark.gpu
@@ -233,6 +234,7 @@ def test_bench_serve_on_the_device_prints_the_batching_ratios(capsys):
                  "--prompt-len", "8:16", "--output-len", "4:8", "--prefix-len", "32", "--prefix-requests", "2"]) == 0
     out = capsys.readouterr().out
     assert "continuous" in out and "same tokens" in out.lower()
+    assert "continuous, eager" in out and "CUDA graphs: continuous batching with / without them" in out
 
 
 # --- the parallel splits on the device (ranks as threads: the communicator's test double) -------------------------

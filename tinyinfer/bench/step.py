@@ -113,7 +113,7 @@ def bounds(parts: dict[str, float], rows: int, alone_tpot: float) -> tuple[float
 
 def filled_engine(model, prompts: list[list[int]], params: SamplingParams) -> LLM:
     """An engine running every prompt, stepped until all of them have finished prefill and are decoding."""
-    llm = LLM(model, max_num_seqs=len(prompts))
+    llm = LLM(model, max_num_seqs=len(prompts), enforce_eager=True)  # the parts timed are the eager step's
     for i, prompt in enumerate(prompts):
         llm.add_request(prompt, dataclasses.replace(params, seed=i))
     while llm.scheduler.waiting or any(not seq.output_ids for seq in llm.scheduler.running):

@@ -38,6 +38,7 @@ import copy
 
 import numpy as np
 
+from tinyinfer.backend import is_array
 from tinyinfer.engine.paged_cache import DecodeSlots, PagedKVCache
 from tinyinfer.kernels import C_TYPES, choose_ops
 from tinyinfer.model import Model, SeqChunk
@@ -55,11 +56,21 @@ def graph_unsupported(model) -> str | None:
         return f"a {type(model).__name__} (split over ranks) runs eager"
     if str(model.dtype) not in C_TYPES:
         return f"the capturable kernels take float32 or float16, not {model.dtype}"
-    if model.quantization is not None:
-        return "quantised weights run eager (their products are not capturable kernels)"
     if cfg.kv_lora_rank or cfg.mlp != "swiglu" or any(cfg.is_moe_layer(i) for i in range(cfg.n_layers)):
         return "latent attention, GELU MLPs and Mixture-of-Experts layers run eager (their products are `@`)"
+    if model.kv_cache_dtype == "int8":
+        return "an int8 KV cache runs eager (the paged-attention kernel reads float pools)"
+    if model.quantization is not None or not _plain_weights(model.params):
+        return "quantised or adapted weights run eager (their products are not capturable kernels)"
     return None
+
+
+def _plain_weights(params: dict) -> bool:
+    """Whether every linear weight of the decoder and the LM head is a plain array (not quantised blocks)."""
+    layers = params["layers"]
+    weights = [params["lm_head"]] + [layer[n] for layer in layers for n in ("qkv", "o") if n in layer] + [
+        w for layer in layers for w in layer.get("mlp", {}).values()]
+    return all(is_array(w) for w in weights)
 
 
 class StaticInputs:
