@@ -276,6 +276,23 @@ def test_cli_warns_once_when_speculation_measured_slower_than_plain_decoding(cap
     assert sum(line.startswith("warning: speculation ran at 0.50x the speed of plain decoding") for line in err) == warnings
 
 
+def test_bench_speculative_repeat_on_the_real_model_keeps_most_prompt_lookup_guesses(capsys):
+    """SmolLM2-135M-Instruct asked to repeat the bench's passage copies it, so prompt lookup's guesses are
+    mostly kept, and the tokens are the plain greedy ones (the row ends "yes")."""
+    from tinyinfer.catalogue import pulled_path  # noqa: PLC0415
+    from tinyinfer.cli import main  # noqa: PLC0415
+
+    if pulled_path("smollm2-135m-instruct") is None:
+        pytest.skip("the real model is not in the model cache: `python -m tinyinfer pull smollm2-135m-instruct`")
+    assert main(["bench", "speculative", "--model", "smollm2-135m-instruct", "--method", "ngram", "--task",
+                 "repeat", "-k", "8", "--tokens", "40", "--rounds", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "task repeat" in out
+    row = next(line for line in out.splitlines() if line.startswith("ngram k = 8")).split()
+    accepted, tokens_per_step = float(row[7].rstrip("%")) / 100, float(row[8])  # after "ngram k = 8", 3 columns
+    assert row[-1] == "yes" and accepted > 0.8 and tokens_per_step > 4
+
+
 def test_bench_speculative_compares_both_methods_with_the_same_tokens(capsys):
     from tinyinfer.cli import main  # noqa: PLC0415
 

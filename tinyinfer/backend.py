@@ -10,6 +10,7 @@ needs no GPU package installed.
 from __future__ import annotations
 
 import contextlib
+import mmap
 import sys
 
 import numpy as np
@@ -99,3 +100,26 @@ def to_device(array: np.ndarray, device: str):
 def to_numpy(array) -> np.ndarray:
     """Bring an array back to host memory as NumPy (a no-op for NumPy arrays)."""
     return array if isinstance(array, np.ndarray) else array.get()
+
+
+def zeros_in_small_pages(shape: tuple[int, ...], dtype, xp=np):
+    """Zeros for memory that is written a little at a time, such as a KV cache: on the CPU, in the operating
+    system's small (4 KiB) pages, mapped one by one as they are first written. On a GPU: `xp.zeros`.
+
+    NumPy asks Linux for 2 MiB huge pages behind every array of 4 MiB or more, which spares the TLB when an
+    array is read whole (the weights, every step). A KV cache is written a token or a block at a time, spread
+    over its layers and heads, and the first write into each 2 MiB page makes the kernel find, often by
+    compacting memory, a whole free 2 MiB: about 0.7 ms a page, 1.5 s of system time for the first 200 blocks
+    of a 135M model's pool, where small pages take 0.07 s. An anonymous memory map starts zero-filled and is
+    never advised into huge pages (and is advised out of them where the system would give them anyway).
+
+    >>> zeros_in_small_pages((2, 3), np.float32).tolist()
+    [[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]
+    """
+    if xp is not np:
+        return xp.zeros(shape, dtype=dtype)
+    count = int(np.prod(shape))
+    pages = mmap.mmap(-1, max(count * np.dtype(dtype).itemsize, 1))  # zero-filled, mapped on first write
+    if hasattr(mmap, "MADV_NOHUGEPAGE"):  # Linux: small pages even where huge ones are the default
+        pages.madvise(mmap.MADV_NOHUGEPAGE)
+    return np.frombuffer(pages, dtype=dtype, count=count).reshape(shape)  # the array keeps the map alive

@@ -535,10 +535,11 @@ def sample_batch(samplers: list[Sampler], logits) -> list[TokenChoice]:
         rows = [samplers[b] for b in sampled_rows]
         scores = xp.stack([s.reshape_scores(logits[b]) for s, b in zip(rows, sampled_rows)])  # [S, V]
         temperatures = xp.asarray([s.params.temperature for s in rows], dtype=scores.dtype)  # [S]
-        scores = scores / temperatures[:, None]  # [S, V], as apply_temperature on each row
+        scores /= temperatures[:, None]  # [S, V], as apply_temperature on each row (in place: a fresh stack)
         scores = xp.stack([s.truncate(row) for s, row in zip(rows, scores)]) if any(s.truncates for s in rows) else scores
         scores = scores.astype(np.float64)  # [S, V]
-        weights = to_numpy(xp.exp(scores - scores.max(axis=1, keepdims=True)))  # [S, V] exp_shifted of each row
+        scores -= scores.max(axis=1, keepdims=True)  # exp_shifted of each row, in place: one [S, V] float64
+        weights = to_numpy(xp.exp(scores, out=scores))  # array (12 MB for 32 rows of a 49k vocabulary), not three
         for row_weights, s, b in zip(weights, rows, sampled_rows):
             picked[b] = draw(row_weights, s.rng)  # the one draw: each row's own generator, in row order
     return [s.choice(token, row) for s, token, row in zip(samplers, picked, logits)]
