@@ -54,24 +54,34 @@ class VocabTrie:
                 node = child
             self.node_of_token[token_id] = node
         self.n_nodes = len(children)
-        self.depth = max((len(data) for data in vocab), default=0)  # bytes of the longest token
         self.parent = np.array(parent, dtype=np.int64)  # [n_nodes]
         self.child_start = np.cumsum([0] + [len(kids) for kids in children]).astype(np.int64)  # [n_nodes + 1]
         self.child_byte = np.array([b for kids in children for b in kids], dtype=np.uint8)  # [n_nodes - 1]
         self.child_node = np.array([c for kids in children for c in kids.values()], dtype=np.int64)
         self.edge_byte = np.zeros(self.n_nodes, dtype=np.uint8)  # [n_nodes]: the byte that leads to the node
         self.edge_byte[self.child_node] = self.child_byte
+        depth = [0] * self.n_nodes
+        for node in range(1, self.n_nodes):  # a child is numbered after its parent
+            depth[node] = depth[parent[node]] + 1
+        self.depth = np.array(depth, dtype=np.int64)  # [n_nodes] bytes from the root
+        self.longest = max(depth)  # bytes of the longest token
+        by_depth = np.argsort(self.depth, kind="stable")
+        self.levels = np.split(by_depth, np.flatnonzero(np.diff(self.depth[by_depth])) + 1)  # depth -> nodes
         # the same in Python lists for the plain-Python walk (indexing a NumPy array per element is slow)
         self.child_start_list, self.child_node_list = self.child_start.tolist(), self.child_node.tolist()
         self.child_byte_bytes = self.child_byte.tobytes()
-        self._tokens_of_node: dict[int, list[int]] = {}  # node -> its tokens (two tokens may share bytes)
+        self._token_at = [-1] * self.n_nodes  # node -> the token whose bytes end there (-1: none)
+        self._more_tokens: dict[int, list[int]] = {}  # node -> further tokens with the same bytes (rare)
         for token_id, node in enumerate(self.node_of_token.tolist()):
-            if node:
-                self._tokens_of_node.setdefault(node, []).append(token_id)
+            if node and self._token_at[node] >= 0:
+                self._more_tokens.setdefault(node, []).append(token_id)
+            elif node:
+                self._token_at[node] = token_id
 
     def tokens_at(self, nodes: list[int]) -> list[int]:
         """The token ids whose bytes end at these nodes."""
-        return [t for n in nodes for t in self._tokens_of_node.get(n, ())]
+        tokens = [t for n in nodes if (t := self._token_at[n]) >= 0]
+        return tokens + [t for n in nodes for t in self._more_tokens.get(n, ())] if self._more_tokens else tokens
 
     def prefix(self, node: int) -> bytes:
         """The byte string spelled from the root to `node`."""
@@ -117,6 +127,7 @@ class Vocabulary:
 
 
 SPARSE_LIMIT = 512  # live trie nodes a plain-Python walk follows before the NumPy walk takes over
+MANY_BYTES = 64  # a state taking more first bytes than this (a string body) goes straight to the NumPy walk
 FEW_CHILDREN = 16  # below this many children a trie node steps the parser per child byte
 
 
@@ -128,7 +139,8 @@ class TokenMasker:
         self.vocab, self.vocab_size, self.eos_ids, self.trie = vocab, vocab.size, vocab.eos_ids, vocab.trie
         self._local_cache: dict[int, tuple[np.ndarray, list]] = {}  # view -> _local_walk(view)
         self._mask_cache: dict[int, np.ndarray] = {}
-        self._tables: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # state -> _transitions(state)
+        self._table = _Table()  # rows of transitions for the NumPy walk (_step_many)
+        self._row_of = np.full(1024, -1, dtype=np.int64)  # parser state -> its row in the table (-1: none yet)
         self._byte_tables: dict[int, list[int]] = {}  # state -> _byte_table(state)
         self.sparse_limit = SPARSE_LIMIT
 
@@ -136,26 +148,32 @@ class TokenMasker:
         """Allowed tokens after reaching parser `state` (EOS exactly when the grammar may end)."""
         cached = self._mask_cache.get(state)
         if cached is None:
-            starts = [(0, state)]
-            nodes = self._walk_sparse(starts, self.sparse_limit)
-            if nodes is None:  # too many live tokens for a walk in plain Python: the view's walk, then escapes
+            nodes = None
+            if len(self.parser.next_bytes(state)) <= MANY_BYTES:  # a few first bytes: likely a few tokens
+                nodes = self._walk_sparse([(0, state)], self.sparse_limit)
+            if nodes is None:  # the view's walk (shared), then its escapes finished with the full state
                 local, escapes = self._local_walk(self.parser.local_view(state))
                 starts = [(n, s) for n, prefix in escapes if (s := self.parser.step_bytes(state, prefix)) != DEAD]
-                cached = local.copy()
-                nodes = self._walk_sparse(starts, self.sparse_limit)
-                if nodes is None:
-                    node_ok = np.zeros(self.trie.n_nodes, dtype=bool)  # [n_nodes]
-                    node_ok[self._walk(*(np.array(column, dtype=np.int64) for column in zip(*starts)))] = True
-                    cached |= node_ok[self.trie.node_of_token]  # [n_nodes] -> [vocab]
-                    nodes = []
-                nodes += [n for n, _ in starts]
+                cached = local | self._tokens_below(starts)  # [vocab]
             else:
                 cached = np.zeros(self.vocab_size, dtype=bool)  # [vocab]
-            cached[self.trie.tokens_at(nodes)] = True
+                cached[self.trie.tokens_at(nodes)] = True
             if self.parser.accepts(state):
                 cached[self.eos_ids] = True
             self._mask_cache[state] = cached
         return cached.copy()
+
+    def _tokens_below(self, starts: list[tuple[int, int]]) -> np.ndarray:
+        """bool [vocab]: the tokens at or below trie nodes reached alive, each in its parser state."""
+        tokens = np.zeros(self.vocab_size, dtype=bool)  # [vocab]
+        nodes = self._walk_sparse(starts, self.sparse_limit)
+        if nodes is None:
+            node_ok = np.zeros(self.trie.n_nodes, dtype=bool)  # [n_nodes]
+            node_ok[self._walk(*(np.array(column, dtype=np.int64) for column in zip(*starts)))] = True
+            tokens |= node_ok[self.trie.node_of_token]  # [n_nodes] -> [vocab]
+            nodes = []
+        tokens[self.trie.tokens_at(nodes + [n for n, _ in starts])] = True
+        return tokens
 
     def _walk_sparse(self, starts: list[tuple[int, int]], limit: int) -> list[int] | None:
         """The trie nodes below `starts` (node, parser state) whose prefix keeps the parser alive, depth first
@@ -192,7 +210,7 @@ class TokenMasker:
         grammar with the same string rule finds the walk done."""
         local = self._local_cache.get(view)
         if local is None:
-            key = None if view == DEAD else self.parser.view_key(view, self.trie.depth + 1)
+            key = None if view == DEAD else self.parser.view_key(view, self.trie.longest + 1)
             local = self.vocab.view_walks.get(key) if key is not None else None
             if local is None:
                 node_ok = np.zeros(self.trie.n_nodes, dtype=bool)  # [n_nodes]
@@ -207,51 +225,67 @@ class TokenMasker:
             self._local_cache[view] = local
         return local
 
-    def _transitions(self, state: int) -> tuple[np.ndarray, np.ndarray]:
-        """For each of the 256 bytes: the next parser state (DEAD if none) and whether it is escaped."""
-        table = self._tables.get(state)
-        if table is None:
-            following = np.array(self._byte_table(state), dtype=np.int64)  # [256]
-            escaped = np.array([s != DEAD and self.parser.escaped(s) for s in following.tolist()])  # [256]
-            table = self._tables[state] = (following, escaped)
-        return table
+    def _step_many(self, states: np.ndarray, data: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each parser state stepped by its byte: the next states (DEAD where refused) and whether each is
+        escaped, gathered from a table with a row of 256 transitions per state (rows built on first use)."""
+        if states.size and states.max() >= self._row_of.size:  # the parser interned new states: make room
+            grown = np.full(max(2 * self._row_of.size, int(states.max()) + 1), -1, dtype=np.int64)
+            grown[: self._row_of.size] = self._row_of
+            self._row_of = grown
+        rows = self._row_of[states]  # [N]
+        if (rows < 0).any():
+            for state in np.unique(states[rows < 0]).tolist():
+                following = self._byte_table(state)  # [256]
+                self._table.append(following, [s != DEAD and self.parser.escaped(s) for s in following])
+                self._row_of[state] = self._table.size - 1
+            rows = self._row_of[states]
+        return self._table.following[rows, data], self._table.escaped[rows, data]
 
     def _walk(self, nodes: np.ndarray, states: np.ndarray, escapes: list | None = None) -> np.ndarray:
-        """Trie nodes below `nodes` (each reached in parser state `states`) whose prefix keeps the parser
-        alive, walked level by level: all edges out of the frontier at once, one table lookup per state.
+        """Trie nodes below `nodes` (each reached in parser state `states`; none below another) whose prefix
+        keeps the parser alive, a depth of the trie at a time: every node at that depth whose parent is
+        alive steps its parent's state by its own byte, all in one gather from the transition table.
 
-        With `escapes`, nodes whose state is escaped are appended there (an array per level) instead."""
+        With `escapes`, nodes whose state is escaped are appended there (an array per depth) instead."""
         # BEGIN EXERCISE 8.2: walk the vocabulary trie with the parser
         trie, allowed = self.trie, []
-        while nodes.size:
-            counts = trie.child_start[nodes + 1] - trie.child_start[nodes]  # [F] children per frontier node
-            before = np.repeat(np.cumsum(counts) - counts, counts)  # [E] index of each edge's first sibling
-            edges = np.repeat(trie.child_start[nodes], counts) + np.arange(before.size) - before  # [E]
-            parents = np.repeat(states, counts)  # [E] parser state before each edge
-            following = np.full(edges.size, DEAD, dtype=np.int64)  # [E]
-            escaped = np.zeros(edges.size, dtype=bool)  # [E]
-            for state, group in _groups(parents):
-                table, table_escaped = self._transitions(state)
-                following[group] = table[trie.child_byte[edges[group]]]
-                escaped[group] = table_escaped[trie.child_byte[edges[group]]]
+        reached = np.full(trie.n_nodes, DEAD, dtype=np.int64)  # [n_nodes] parser state at each live node
+        reached[nodes] = states
+        deepest_start = int(trie.depth[nodes].max()) if nodes.size else -1
+        for depth in range(int(trie.depth[nodes].min()) + 1 if nodes.size else 0, len(trie.levels)):
+            level = trie.levels[depth]  # [N] the nodes at this depth
+            before = reached[trie.parent[level]]  # [N] the parser state at each one's parent
+            alive = before != DEAD
+            if not alive.any():
+                if depth > deepest_start:
+                    break
+                continue
+            level, before = level[alive], before[alive]
+            following, escaped = self._step_many(before, trie.edge_byte[level])  # [N'], [N']
             live = following != DEAD
             if escapes is not None:
-                escapes.append(trie.child_node[edges[live & escaped]])
+                escapes.append(level[live & escaped])
                 live &= ~escaped
-            nodes, states = trie.child_node[edges[live]], following[live]
-            allowed.append(nodes)
+            reached[level[live]] = following[live]
+            allowed.append(level[live])
         return np.concatenate(allowed) if allowed else np.zeros(0, dtype=np.int64)
         # END EXERCISE 8.2
 
 
-def _groups(states: np.ndarray):
-    """(state, positions of `states` holding it) for each distinct state: the edges of one trie level grouped
-    by the parser state they leave from. Often a level has one state (the inside of a string): no sorting."""
-    if states.size and states.min() == states.max():
-        return [(int(states[0]), slice(None))]
-    order = np.argsort(states, kind="stable")
-    distinct, first = np.unique(states[order], return_index=True)
-    return zip(distinct.tolist(), np.split(order, first[1:]))
+class _Table:
+    """A growing table of transitions, a row per parser state: next state and escaped flag per byte."""
+
+    def __init__(self):
+        self.size = 0
+        self.following = np.zeros((16, 256), dtype=np.int64)  # [capacity, 256]
+        self.escaped = np.zeros((16, 256), dtype=bool)  # [capacity, 256]
+
+    def append(self, following: list[int], escaped: list[bool]) -> None:
+        if self.size == len(self.following):  # full: double the capacity
+            self.following = np.concatenate([self.following, np.zeros_like(self.following)])
+            self.escaped = np.concatenate([self.escaped, np.zeros_like(self.escaped)])
+        self.following[self.size], self.escaped[self.size] = following, escaped
+        self.size += 1
 
 
 class Constraint:
