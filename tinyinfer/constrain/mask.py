@@ -153,6 +153,7 @@ class TokenMasker:
         self._row_of = np.full(1024, -1, dtype=np.int64)  # parser state -> its row in the table (-1: none yet)
         self._uses = np.zeros(1024, dtype=np.int64)  # parser state -> bytes it was stepped by without a row
         self._byte_tables: dict[int, list[int]] = {}  # state -> _byte_table(state)
+        self._visits: dict[int, int] = {}  # state -> trie nodes the plain walk stepped it at, without a table
         self.sparse_limit = SPARSE_LIMIT
 
     def mask(self, state: int) -> np.ndarray:
@@ -195,8 +196,14 @@ class TokenMasker:
         while stack:
             node, at = stack.pop()
             edges = range(start[node], start[node + 1])
-            if len(edges) <= FEW_CHILDREN:  # a step per child (memoized in the parser)
+            following = self._byte_tables.get(at)
+            if following is not None:  # a state met before (a number's digit loop): its table of 256
+                steps = [(child[edge], following[byte[edge]]) for edge in edges]
+            elif len(edges) <= FEW_CHILDREN:  # a step per child (memoized in the parser)
                 steps = [(child[edge], self.parser.step(at, byte[edge])) for edge in edges]
+                self._visits[at] = visits = self._visits.get(at, 0) + 1
+                if visits == FEW_CHILDREN:  # met often: build its table
+                    self._byte_table(at)
             elif len(self.parser.next_bytes(at)) < len(edges):  # the root, say, in a state taking a few bytes
                 kids = self.trie.children_of(node)
                 steps = [(kids[b], self.parser.step(at, b)) for b in self.parser.next_bytes(at) if b in kids]
