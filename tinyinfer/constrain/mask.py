@@ -101,7 +101,7 @@ class VocabTrie:
         return bytes(reversed(out))
 
 
-MAX_VIEW_WALKS = 512  # views' walks a Vocabulary keeps (each a bool per token: 50 KB for GPT-2)
+MAX_VIEW_WALKS = 256  # views' walks a Vocabulary keeps (each a bool per token: 50 KB for GPT-2)
 
 
 class Vocabulary:
