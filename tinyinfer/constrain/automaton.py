@@ -17,6 +17,7 @@ refused at compile time with the rule's name.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from itertools import islice
@@ -172,13 +173,12 @@ def _build(net: Network, grammar: Grammar, expr, start: int, end: int, rule: str
             net.byte_edges[start].append((byte, byte, nxt))
             start = nxt
     elif isinstance(expr, CharClass):
-        for lo, hi in class_code_points(expr):
-            for byte_ranges in utf8_sequences(lo, hi):
-                state = start
-                for i, (blo, bhi) in enumerate(byte_ranges):
-                    nxt = end if i == len(byte_ranges) - 1 else net.new_state()
-                    net.byte_edges[state].append((blo, bhi, nxt))
-                    state = nxt
+        for byte_ranges in _byte_sequences(expr):
+            state = start
+            for i, (blo, bhi) in enumerate(byte_ranges):
+                nxt = end if i == len(byte_ranges) - 1 else net.new_state()
+                net.byte_edges[state].append((blo, bhi, nxt))
+                state = nxt
     elif isinstance(expr, Seq):
         if not expr.items:
             net.eps_edges[start].append(end)
@@ -195,6 +195,12 @@ def _build(net: Network, grammar: Grammar, expr, start: int, end: int, rule: str
         net.call_edges[start].append((net.rule_start[expr.name], end))
     else:
         raise TypeError(f"not a grammar expression: {expr!r}")
+
+
+@functools.lru_cache(maxsize=1024)  # every schema's string rules spell the same few classes
+def _byte_sequences(cls: CharClass) -> tuple:
+    """The UTF-8 byte-range sequences of a character class (utf8.py)."""
+    return tuple(tuple(seq) for lo, hi in class_code_points(cls) for seq in utf8_sequences(lo, hi))
 
 
 def _longest(expr, longest_rule) -> float:

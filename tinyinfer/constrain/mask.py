@@ -72,11 +72,20 @@ class VocabTrie:
         self.child_byte_bytes = self.child_byte.tobytes()
         self._token_at = [-1] * self.n_nodes  # node -> the token whose bytes end there (-1: none)
         self._more_tokens: dict[int, list[int]] = {}  # node -> further tokens with the same bytes (rare)
+        self._children: dict[int, dict[int, int]] = {}  # node -> children_of(node)
         for token_id, node in enumerate(self.node_of_token.tolist()):
             if node and self._token_at[node] >= 0:
                 self._more_tokens.setdefault(node, []).append(token_id)
             elif node:
                 self._token_at[node] = token_id
+
+    def children_of(self, node: int) -> dict[int, int]:
+        """byte -> child node, for a node with many children (memoized)."""
+        kids = self._children.get(node)
+        if kids is None:
+            edges = slice(self.child_start_list[node], self.child_start_list[node + 1])
+            kids = self._children[node] = dict(zip(self.child_byte_bytes[edges], self.child_node_list[edges]))
+        return kids
 
     def tokens_at(self, nodes: list[int]) -> list[int]:
         """The token ids whose bytes end at these nodes."""
@@ -92,7 +101,7 @@ class VocabTrie:
         return bytes(reversed(out))
 
 
-MAX_VIEW_WALKS = 512  # views' walks a Vocabulary keeps (each a bool per token: 50 KB for GPT-2)
+MAX_VIEW_WALKS = 256  # views' walks a Vocabulary keeps (each a bool per token: 50 KB for GPT-2)
 
 
 class Vocabulary:
@@ -126,8 +135,9 @@ class Vocabulary:
         return cls(token_bytes, [i for i in eos_ids if i < rows], getattr(tokenizer, "special_ids", ()))
 
 
-SPARSE_LIMIT = 512  # live trie nodes a plain-Python walk follows before the NumPy walk takes over
+SPARSE_LIMIT = 2048  # live trie nodes a plain-Python walk follows before the NumPy walk takes over
 MANY_BYTES = 64  # a state taking more first bytes than this (a string body) goes straight to the NumPy walk
+ROW_AFTER = 16  # a state stepped this often (without a row) gets a row of all 256 transitions
 FEW_CHILDREN = 16  # below this many children a trie node steps the parser per child byte
 
 
@@ -141,7 +151,9 @@ class TokenMasker:
         self._mask_cache: dict[int, np.ndarray] = {}
         self._table = _Table()  # rows of transitions for the NumPy walk (_step_many)
         self._row_of = np.full(1024, -1, dtype=np.int64)  # parser state -> its row in the table (-1: none yet)
+        self._uses = np.zeros(1024, dtype=np.int64)  # parser state -> bytes it was stepped by without a row
         self._byte_tables: dict[int, list[int]] = {}  # state -> _byte_table(state)
+        self._visits: dict[int, int] = {}  # state -> trie nodes the plain walk stepped it at, without a table
         self.sparse_limit = SPARSE_LIMIT
 
     def mask(self, state: int) -> np.ndarray:
@@ -184,15 +196,24 @@ class TokenMasker:
         while stack:
             node, at = stack.pop()
             edges = range(start[node], start[node + 1])
-            if len(edges) > FEW_CHILDREN:  # the state's whole byte table (built once) beats a step per child
+            following = self._byte_tables.get(at)
+            if following is not None:  # a state met before (a number's digit loop): its table of 256
+                steps = [(child[edge], following[byte[edge]]) for edge in edges]
+            elif len(edges) <= FEW_CHILDREN:  # a step per child (memoized in the parser)
+                steps = [(child[edge], self.parser.step(at, byte[edge])) for edge in edges]
+                self._visits[at] = visits = self._visits.get(at, 0) + 1
+                if visits == FEW_CHILDREN:  # met often: build its table
+                    self._byte_table(at)
+            elif len(self.parser.next_bytes(at)) < len(edges):  # the root, say, in a state taking a few bytes
+                kids = self.trie.children_of(node)
+                steps = [(kids[b], self.parser.step(at, b)) for b in self.parser.next_bytes(at) if b in kids]
+            else:  # the state's whole byte table (built once) beats a step per child
                 following = self._byte_table(at)
-                steps = [(edge, following[byte[edge]]) for edge in edges]
-            else:
-                steps = [(edge, self.parser.step(at, byte[edge])) for edge in edges]
-            for edge, nxt in steps:
+                steps = [(child[edge], following[byte[edge]]) for edge in edges]
+            for kid, nxt in steps:
                 if nxt != DEAD:
-                    allowed.append(child[edge])
-                    stack.append((child[edge], nxt))
+                    allowed.append(kid)
+                    stack.append((kid, nxt))
             if len(allowed) > limit:
                 return None
         return allowed
@@ -229,45 +250,57 @@ class TokenMasker:
         """Each parser state stepped by its byte: the next states (DEAD where refused) and whether each is
         escaped, gathered from a table with a row of 256 transitions per state (rows built on first use)."""
         if states.size and states.max() >= self._row_of.size:  # the parser interned new states: make room
-            grown = np.full(max(2 * self._row_of.size, int(states.max()) + 1), -1, dtype=np.int64)
-            grown[: self._row_of.size] = self._row_of
-            self._row_of = grown
+            size = max(2 * self._row_of.size, int(states.max()) + 1)
+            self._row_of = np.concatenate([self._row_of, np.full(size - self._row_of.size, -1, dtype=np.int64)])
+            self._uses = np.concatenate([self._uses, np.zeros(size - self._uses.size, dtype=np.int64)])
         rows = self._row_of[states]  # [N]
         if (rows < 0).any():
-            for state in np.unique(states[rows < 0]).tolist():
+            np.add.at(self._uses, states[rows < 0], 1)
+            new = np.unique(states[rows < 0])
+            for state in new[self._uses[new] >= ROW_AFTER].tolist():  # stepped often enough for all 256 bytes
                 following = self._byte_table(state)  # [256]
                 self._table.append(following, [s != DEAD and self.parser.escaped(s) for s in following])
                 self._row_of[state] = self._table.size - 1
             rows = self._row_of[states]
-        return self._table.following[rows, data], self._table.escaped[rows, data]
+        following, escaped = self._table.following[rows, data], self._table.escaped[rows, data]  # [N], [N]
+        for i in np.flatnonzero(rows < 0).tolist():  # a state met a few times: a step per byte (memoized)
+            following[i] = nxt = self.parser.step(int(states[i]), int(data[i]))
+            escaped[i] = nxt != DEAD and self.parser.escaped(nxt)
+        return following, escaped
 
     def _walk(self, nodes: np.ndarray, states: np.ndarray, escapes: list | None = None) -> np.ndarray:
         """Trie nodes below `nodes` (each reached in parser state `states`; none below another) whose prefix
-        keeps the parser alive, a depth of the trie at a time: every node at that depth whose parent is
-        alive steps its parent's state by its own byte, all in one gather from the transition table.
+        keeps the parser alive, a frontier at a time: the children of all live nodes step their parent's
+        state by their own byte in one gather from the transition table (`_step_many`).
 
-        With `escapes`, nodes whose state is escaped are appended there (an array per depth) instead."""
+        The children come from the trie's rows (`child_start`); when the frontier is most of one depth of
+        the trie (inside a string), sweeping the whole next depth and asking each node's parent is cheaper.
+        With `escapes`, nodes whose state is escaped are appended there (an array per step) instead."""
         # BEGIN EXERCISE 8.2: walk the vocabulary trie with the parser
-        trie, allowed = self.trie, []
-        reached = np.full(trie.n_nodes, DEAD, dtype=np.int64)  # [n_nodes] parser state at each live node
-        reached[nodes] = states
-        deepest_start = int(trie.depth[nodes].max()) if nodes.size else -1
-        for depth in range(int(trie.depth[nodes].min()) + 1 if nodes.size else 0, len(trie.levels)):
-            level = trie.levels[depth]  # [N] the nodes at this depth
-            before = reached[trie.parent[level]]  # [N] the parser state at each one's parent
-            alive = before != DEAD
-            if not alive.any():
-                if depth > deepest_start:
-                    break
-                continue
-            level, before = level[alive], before[alive]
-            following, escaped = self._step_many(before, trie.edge_byte[level])  # [N'], [N']
+        trie, allowed, reached = self.trie, [], None
+        depths = trie.depth[nodes]
+        depth = int(depths[0]) if nodes.size and (depths == depths[0]).all() else None  # one depth: may sweep
+        while nodes.size:
+            if depth is not None and depth + 1 < len(trie.levels) and nodes.size * 4 > trie.levels[depth].size:
+                if reached is None:
+                    reached = np.full(trie.n_nodes, DEAD, dtype=np.int64)  # [n_nodes] state at live nodes
+                reached[nodes] = states
+                children = trie.levels[depth + 1]  # [C] every node one byte deeper
+                before = reached[trie.parent[children]]  # [C] its parent's state (DEAD: not alive)
+                children, before = children[before != DEAD], before[before != DEAD]
+            else:
+                counts = trie.child_start[nodes + 1] - trie.child_start[nodes]  # [F] children per node
+                first = np.repeat(np.cumsum(counts) - counts, counts)  # [C] index of each one's first sibling
+                edges = np.repeat(trie.child_start[nodes], counts) + np.arange(first.size) - first  # [C]
+                children, before = trie.child_node[edges], np.repeat(states, counts)  # [C], [C]
+            following, escaped = self._step_many(before, trie.edge_byte[children])  # [C], [C]
             live = following != DEAD
             if escapes is not None:
-                escapes.append(level[live & escaped])
+                escapes.append(children[live & escaped])
                 live &= ~escaped
-            reached[level[live]] = following[live]
-            allowed.append(level[live])
+            nodes, states = children[live], following[live]
+            allowed.append(nodes)
+            depth = None if depth is None else depth + 1
         return np.concatenate(allowed) if allowed else np.zeros(0, dtype=np.int64)
         # END EXERCISE 8.2
 
