@@ -20,7 +20,6 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass, field
-from itertools import islice
 
 from tinyinfer.constrain.grammar import (
     Alt,
@@ -97,8 +96,12 @@ class Network:
         if rule not in self._rule_keys:
             order, names, texts, size = {rule: 0}, [rule], [], 0
             while len(texts) < len(names) and size <= KEY_LIMIT:  # breadth first over the rules reached
-                texts.append(repr(_renamed(self.rules[names[len(texts)]], order)))
-                names += islice(order, len(names), None)  # the rules this one named first
+                text, refs = _text_and_refs(self.rules[names[len(texts)]])
+                for name in refs:
+                    if name not in order:
+                        order[name] = len(names)
+                        names.append(name)
+                texts.append(f"{text} {[order[name] for name in refs]}")
                 size += len(texts[-1])
             self._rule_keys[rule] = "\n".join(texts) if size <= KEY_LIMIT else None
         return self._rule_keys[rule]
@@ -125,9 +128,8 @@ class Network:
                     expr, end = self.later[q]
                     if isinstance(expr, Repeat) and expr.max is not None and expr.max > horizon >= expr.min:
                         expr = Repeat(expr.item, expr.min, horizon)
-                    names: dict[str, int] = {}
-                    text = repr(_renamed(expr, names))
-                    callees = [self.rule_key(name) for name in names]
+                    text, refs = _text_and_refs(expr)
+                    callees = [self.rule_key(name) for name in refs]
                     if None in callees:
                         parts = None
                         break
@@ -228,6 +230,15 @@ def _longest(expr, longest_rule) -> float:
     else:  # a Ref
         most = longest_rule(expr.name)
     return most if most <= SHORT_RULE else math.inf
+
+
+@functools.lru_cache(maxsize=4096)  # the JSON rules are the same objects in every schema's grammar
+def _text_and_refs(expr) -> tuple[str, tuple[str, ...]]:
+    """The text of an expression with its rule references numbered in the order they appear, and those
+    rules' names: ('Seq(items=(Literal(text=\'"\'), Ref(name=\'0\'), ...', ('json-char',))."""
+    names: dict[str, int] = {}
+    text = repr(_renamed(expr, names))
+    return text, tuple(names)
 
 
 def _renamed(expr, order: dict[str, int]):

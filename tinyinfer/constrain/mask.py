@@ -198,19 +198,17 @@ class TokenMasker:
             node, at = stack.pop()
             edges = range(start[node], start[node + 1])
             following = self._byte_tables.get(at)
-            if following is not None:  # a state met before (a number's digit loop): its table of 256
+            if len(edges) > FEW_CHILDREN and len(self.parser.next_bytes(at)) < len(edges) // 4:
+                kids = self.trie.children_of(node)  # the root, say, in a state taking a few bytes: step those
+                steps = [(kids[b], self.parser.step(at, b)) for b in self.parser.next_bytes(at) if b in kids]
+            elif following is not None or len(edges) > FEW_CHILDREN:  # the state's table of 256 (built once)
+                following = following or self._byte_table(at)
                 steps = [(child[edge], following[byte[edge]]) for edge in edges]
-            elif len(edges) <= FEW_CHILDREN:  # a step per child (memoized in the parser)
+            else:  # a step per child (memoized in the parser); a state met at many nodes gets its table
                 steps = [(child[edge], self.parser.step(at, byte[edge])) for edge in edges]
                 self._visits[at] = visits = self._visits.get(at, 0) + 1
-                if visits == TABLE_AFTER:  # met often: build its table
+                if visits == TABLE_AFTER:
                     self._byte_table(at)
-            elif len(self.parser.next_bytes(at)) < len(edges):  # the root, say, in a state taking a few bytes
-                kids = self.trie.children_of(node)
-                steps = [(kids[b], self.parser.step(at, b)) for b in self.parser.next_bytes(at) if b in kids]
-            else:  # the state's whole byte table (built once) beats a step per child
-                following = self._byte_table(at)
-                steps = [(child[edge], following[byte[edge]]) for edge in edges]
             for kid, nxt in steps:
                 if nxt != DEAD:
                     allowed.append(kid)
