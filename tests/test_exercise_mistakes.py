@@ -378,7 +378,7 @@ MISTAKES = {
     "7.2": ("out[rows] += y * weight_of_pair[start:end, None]", "out[rows] += y"),  # the router's weight forgotten
     "7.3": ('gate = 1.0 / (1.0 + np.exp(-(h @ mlp["shared_gate"])))', 'gate = softmax(h @ mlp["shared_gate"])'),
     "8.1": ("if lo <= byte <= hi:", "if lo <= byte < hi:"),  # misses every one-byte range
-    "8.2": ("allowed.append(nodes)", "allowed.append(children)"),  # tokens the parser refuses allowed too
+    "8.2": ("nodes, states = children[live], following[live]", "nodes, states = children, following"),  # refused kept
     "8.3": ('seq(Literal(hi[0]), _same_length_range("0" * rest, hi[1:]))',
             "seq(Literal(hi[0]), Repeat(CharClass(((48, 57),)), rest, rest))"),  # the top digit takes any tail
     "9.1": ("len(token_ids) - block_size + 1,", "len(token_ids) - block_size,"),  # the last full block lost

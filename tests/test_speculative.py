@@ -98,6 +98,9 @@ def test_greedy_with_a_draft_is_the_target_greedy_token_for_token(target, draft,
     assert good.speculation.acceptance_rate > bad.speculation.acceptance_rate  # a trained draft guesses better
     assert good.speculation.target_steps < 60 and bad.speculation.proposed > 0
     assert bad.speculation.proposed < 20  # its rejected guesses made the budget back off to plain steps
+    fixed = target.generate("ROMEO:", max_tokens=60, temperature=0, ignore_eos=True, draft=bad_draft,
+                            num_speculative_tokens=k, adaptive_speculation=False)  # k guesses every round
+    assert fixed.token_ids == plain.token_ids and fixed.speculation.proposed > 2 * bad.speculation.proposed
 
 
 def test_stop_strings_eos_and_logprobs_behave_as_without_a_draft(target, draft):
@@ -243,6 +246,8 @@ def test_bad_drafts_and_settings_are_clear_errors(target, draft):
         PromptLookup(prompt_lookup_max=1, prompt_lookup_min=2)
     with pytest.raises(TinyInferError, match="constraint"):
         target.generate("ROMEO:", max_tokens=5, draft="ngram", constraint=object())
+    with pytest.raises(TinyInferError, match="adaptive_speculation='no' is invalid"):
+        target.generate("ROMEO:", max_tokens=5, draft="ngram", adaptive_speculation="no")
 
 
 def test_cli_generate_with_a_draft_prints_the_same_text_and_the_guess_statistics(capsys):
