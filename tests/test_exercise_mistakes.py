@@ -378,7 +378,7 @@ MISTAKES = {
     "7.2": ("out[rows] += y * weight_of_pair[start:end, None]", "out[rows] += y"),  # the router's weight forgotten
     "7.3": ('gate = 1.0 / (1.0 + np.exp(-(h @ mlp["shared_gate"])))', 'gate = softmax(h @ mlp["shared_gate"])'),
     "8.1": ("if lo <= byte <= hi:", "if lo <= byte < hi:"),  # misses every one-byte range
-    "8.2": ("allowed.append(level[live])", "allowed.append(level)"),  # tokens the parser refuses allowed too
+    "8.2": ("nodes, states = children[live], following[live]", "nodes, states = children, following"),  # refused kept
     "8.3": ('seq(Literal(hi[0]), _same_length_range("0" * rest, hi[1:]))',
             "seq(Literal(hi[0]), Repeat(CharClass(((48, 57),)), rest, rest))"),  # the top digit takes any tail
     "9.1": ("len(token_ids) - block_size + 1,", "len(token_ids) - block_size,"),  # the last full block lost
@@ -410,7 +410,8 @@ def plant(root: Path, exercise) -> str:
     original = path.read_text(encoding="utf-8")
     lines = original.splitlines()
     region = "\n".join(lines[exercise.begin : exercise.end - 1])
-    assert region.count(right) == 1, f"the reference of {exercise.id} changed: update MISTAKES"
+    assert region.count(right) == 1, (f"the reference of exercise {exercise.id} no longer holds {right!r} once: give it a "
+                                      "plausible mistake again in MISTAKES, tests/test_exercise_mistakes.py")
     lines[exercise.begin : exercise.end - 1] = region.replace(right, wrong).splitlines()
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return original

@@ -20,7 +20,6 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass, field
-from itertools import islice
 
 from tinyinfer.constrain.grammar import (
     Alt,
@@ -60,7 +59,6 @@ class Network:
     building: str = ""  # the rule new states belong to
     pending: dict[int, tuple[object, int]] = field(default_factory=dict)  # state -> expression still to build, end
     later: dict[int, tuple[object, int]] = field(default_factory=dict)  # every state that was pending, as it was
-    grammar: Grammar | None = None
 
     def new_state(self) -> int:
         self.byte_edges.append([])
@@ -74,7 +72,7 @@ class Network:
         """Build what waits at `state` (a rule, or the copies left of a long repetition): the parser got here."""
         expr, end = self.pending.pop(state)
         self.building = self.rule_of[state]
-        _build(self, self.grammar, expr, state, end, self.building)
+        _build(self, expr, state, end)
 
     @property
     def n_states(self) -> int:
@@ -98,8 +96,12 @@ class Network:
         if rule not in self._rule_keys:
             order, names, texts, size = {rule: 0}, [rule], [], 0
             while len(texts) < len(names) and size <= KEY_LIMIT:  # breadth first over the rules reached
-                texts.append(repr(_renamed(self.rules[names[len(texts)]], order)))
-                names += islice(order, len(names), None)  # the rules this one named first
+                text, refs = _text_and_refs(self.rules[names[len(texts)]])
+                for name in refs:
+                    if name not in order:
+                        order[name] = len(names)
+                        names.append(name)
+                texts.append(f"{text} {[order[name] for name in refs]}")
                 size += len(texts[-1])
             self._rule_keys[rule] = "\n".join(texts) if size <= KEY_LIMIT else None
         return self._rule_keys[rule]
@@ -126,9 +128,8 @@ class Network:
                     expr, end = self.later[q]
                     if isinstance(expr, Repeat) and expr.max is not None and expr.max > horizon >= expr.min:
                         expr = Repeat(expr.item, expr.min, horizon)
-                    names: dict[str, int] = {}
-                    text = repr(_renamed(expr, names))
-                    callees = [self.rule_key(name) for name in names]
+                    text, refs = _text_and_refs(expr)
+                    callees = [self.rule_key(name) for name in refs]
                     if None in callees:
                         parts = None
                         break
@@ -147,14 +148,15 @@ class Network:
 
 
 def compile_grammar(grammar: Grammar) -> Network:
-    """Build the network for every rule; check references and left recursion."""
+    """The network of every rule, each built when the parser first enters it (`Network.expand`), after the
+    checks that must come first: every reference defined, no left recursion."""
     net = Network(root=grammar.root)
     if grammar.root not in grammar.rules:
         raise TinyInferError(f"grammar has no {grammar.root!r} rule to start from")
     _check_references(grammar)
     _check_left_recursion(grammar)
-    net.rules, net.grammar = dict(grammar.rules), grammar
-    for name, expr in grammar.rules.items():  # each rule's automaton is built when the parser first enters it
+    net.rules = dict(grammar.rules)
+    for name, expr in grammar.rules.items():
         net.building = name
         start, end = net.rule_start[name], net.rule_end[name] = net.new_state(), net.new_state()
         net.end_of[end] = name
@@ -162,7 +164,7 @@ def compile_grammar(grammar: Grammar) -> Network:
     return net
 
 
-def _build(net: Network, grammar: Grammar, expr, start: int, end: int, rule: str) -> None:
+def _build(net: Network, expr, start: int, end: int) -> None:
     """Add states and edges so that paths start -> end spell exactly the strings of `expr`."""
     if isinstance(expr, Literal):
         data = expr.text.encode("utf-8")
@@ -184,13 +186,13 @@ def _build(net: Network, grammar: Grammar, expr, start: int, end: int, rule: str
             net.eps_edges[start].append(end)
         for i, item in enumerate(expr.items):
             nxt = end if i == len(expr.items) - 1 else net.new_state()
-            _build(net, grammar, item, start, nxt, rule)
+            _build(net, item, start, nxt)
             start = nxt
     elif isinstance(expr, Alt):
         for option in expr.options:
-            _build(net, grammar, option, start, end, rule)
+            _build(net, option, start, end)
     elif isinstance(expr, Repeat):
-        _build_repeat(net, grammar, expr, start, end, rule)
+        _build_repeat(net, expr, start, end)
     elif isinstance(expr, Ref):
         net.call_edges[start].append((net.rule_start[expr.name], end))
     else:
@@ -230,6 +232,15 @@ def _longest(expr, longest_rule) -> float:
     return most if most <= SHORT_RULE else math.inf
 
 
+@functools.lru_cache(maxsize=4096)  # the JSON rules are the same objects in every schema's grammar
+def _text_and_refs(expr) -> tuple[str, tuple[str, ...]]:
+    """The text of an expression with its rule references numbered in the order they appear, and those
+    rules' names: ('Seq(items=(Literal(text=\'"\'), Ref(name=\'0\'), ...', ('json-char',))."""
+    names: dict[str, int] = {}
+    text = repr(_renamed(expr, names))
+    return text, tuple(names)
+
+
 def _renamed(expr, order: dict[str, int]):
     """`expr` with every rule reference replaced by its number in `order` (new names get the next numbers)."""
     if isinstance(expr, Ref):
@@ -243,15 +254,15 @@ def _renamed(expr, order: dict[str, int]):
     return expr
 
 
-def _build_repeat(net: Network, grammar: Grammar, expr: Repeat, start: int, end: int, rule: str) -> None:
+def _build_repeat(net: Network, expr: Repeat, start: int, end: int) -> None:
     for _ in range(expr.min):  # mandatory copies
         nxt = net.new_state()
-        _build(net, grammar, expr.item, start, nxt, rule)
+        _build(net, expr.item, start, nxt)
         start = nxt
     if expr.max is None:  # a loop on a fresh state (never loop back into a state other parts share)
         loop, body_end = net.new_state(), net.new_state()
         net.eps_edges[start].append(loop)
-        _build(net, grammar, expr.item, loop, body_end, rule)
+        _build(net, expr.item, loop, body_end)
         net.eps_edges[body_end].append(loop)
         net.eps_edges[loop].append(end)
         return
@@ -261,7 +272,7 @@ def _build_repeat(net: Network, grammar: Grammar, expr: Repeat, start: int, end:
             return
         net.eps_edges[start].append(end)
         nxt = net.new_state()
-        _build(net, grammar, expr.item, start, nxt, rule)
+        _build(net, expr.item, start, nxt)
         start = nxt
     net.eps_edges[start].append(end)
 

@@ -9,7 +9,8 @@ Masks are cached per parser state, and computed in one of two ways:
 
 - Most states allow a handful of tokens (the next letters of a key, `":"`, a digit). A depth-first walk in
   plain Python follows only the live trie nodes; it gives up past `sparse_limit` of them.
-- The others (inside a string, almost every token) take the NumPy walk, level by level, on the parser's
+- The others (inside a string, almost every token) take the NumPy walk, a depth of the trie at a time
+  with one gather from a table of transitions (a row per parser state), on the parser's
   `local_view`: bytes that stay inside the current rules give a context-free part of the mask, cached by
   the view; where a byte finishes the current rule (the view is `escaped`), the walk records the trie node
   and finishes that subtree with the full state. Those escape points are few (tokens containing `"` inside
@@ -137,8 +138,8 @@ class Vocabulary:
 
 SPARSE_LIMIT = 2048  # live trie nodes a plain-Python walk follows before the NumPy walk takes over
 MANY_BYTES = 64  # a state taking more first bytes than this (a string body) goes straight to the NumPy walk
-ROW_AFTER = 16  # a state stepped this often (without a row) gets a row of all 256 transitions
-FEW_CHILDREN = 16  # below this many children a trie node steps the parser per child byte
+FEW_CHILDREN = 16  # up to this many children a trie node steps the parser per child byte
+TABLE_AFTER = 16  # a parser state stepped this often without its table of 256 transitions gets one
 
 
 class TokenMasker:
@@ -197,19 +198,17 @@ class TokenMasker:
             node, at = stack.pop()
             edges = range(start[node], start[node + 1])
             following = self._byte_tables.get(at)
-            if following is not None:  # a state met before (a number's digit loop): its table of 256
+            if len(edges) > FEW_CHILDREN and len(self.parser.next_bytes(at)) < len(edges) // 4:
+                kids = self.trie.children_of(node)  # the root, say, in a state taking a few bytes: step those
+                steps = [(kids[b], self.parser.step(at, b)) for b in self.parser.next_bytes(at) if b in kids]
+            elif following is not None or len(edges) > FEW_CHILDREN:  # the state's table of 256 (built once)
+                following = following or self._byte_table(at)
                 steps = [(child[edge], following[byte[edge]]) for edge in edges]
-            elif len(edges) <= FEW_CHILDREN:  # a step per child (memoized in the parser)
+            else:  # a step per child (memoized in the parser); a state met at many nodes gets its table
                 steps = [(child[edge], self.parser.step(at, byte[edge])) for edge in edges]
                 self._visits[at] = visits = self._visits.get(at, 0) + 1
-                if visits == FEW_CHILDREN:  # met often: build its table
+                if visits == TABLE_AFTER:
                     self._byte_table(at)
-            elif len(self.parser.next_bytes(at)) < len(edges):  # the root, say, in a state taking a few bytes
-                kids = self.trie.children_of(node)
-                steps = [(kids[b], self.parser.step(at, b)) for b in self.parser.next_bytes(at) if b in kids]
-            else:  # the state's whole byte table (built once) beats a step per child
-                following = self._byte_table(at)
-                steps = [(child[edge], following[byte[edge]]) for edge in edges]
             for kid, nxt in steps:
                 if nxt != DEAD:
                     allowed.append(kid)
@@ -257,7 +256,7 @@ class TokenMasker:
         if (rows < 0).any():
             np.add.at(self._uses, states[rows < 0], 1)
             new = np.unique(states[rows < 0])
-            for state in new[self._uses[new] >= ROW_AFTER].tolist():  # stepped often enough for all 256 bytes
+            for state in new[self._uses[new] >= TABLE_AFTER].tolist():  # stepped often enough for all 256 bytes
                 following = self._byte_table(state)  # [256]
                 self._table.append(following, [s != DEAD and self.parser.escaped(s) for s in following])
                 self._row_of[state] = self._table.size - 1
