@@ -127,6 +127,32 @@ def test_swiglu_matches_torch():
     np.testing.assert_allclose(swiglu(x, mlp), reference.numpy(), rtol=1e-4, atol=1e-5)
 
 
+def test_a_few_rows_multiply_row_by_row_exactly_as_one_row_would():
+    """`matmul` takes 2..ROW_BY_ROW_MAX rows as matrix-vector products: each row bit for bit what the one-row
+    product (a decode step's) gives, and all rows within float32 rounding of the matrix product."""
+    from tinyinfer.mlp import ROW_BY_ROW_MAX, matmul
+    rng = np.random.default_rng(6)
+    w = rng.normal(size=(96, 160)).astype(np.float32)
+    for T in range(1, ROW_BY_ROW_MAX + 3):
+        x = rng.normal(size=(T, 96)).astype(np.float32)
+        y = matmul(x, w)  # [T, 96] @ [96, 160] -> [T, 160]
+        assert y.shape == (T, 160) and y.dtype == np.float32
+        bound = 96 * np.finfo(np.float32).eps * (np.abs(x) @ np.abs(w))  # a float32 sum of 96 products, any order
+        assert np.all(np.abs(y - x.astype(np.float64) @ w) <= bound)
+        if T <= ROW_BY_ROW_MAX:
+            for i in range(T):
+                np.testing.assert_array_equal(y[i], (x[i:i + 1] @ w)[0])
+
+    class Weight:  # a weight object of its own (quantised, LoRA-routed) keeps its own product
+        __array_ufunc__ = None
+
+        def __rmatmul__(self, x):
+            return x @ w + 1
+
+    x = rng.normal(size=(3, 96)).astype(np.float32)
+    np.testing.assert_allclose(matmul(x, Weight()), x @ w + 1, rtol=1e-5)
+
+
 @pytest.mark.exercise("2.1")
 def test_bf16_widening_is_exact():
     ml_dtypes = pytest.importorskip("ml_dtypes")

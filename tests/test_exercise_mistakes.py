@@ -1,17 +1,33 @@
-"""Each exercise's classic mistakes, each caught by a test of its own.
+"""Each exercise's plausible mistakes, and proof that its graded tests catch them.
 
-An exercise is graded by several tests (tests/test_course.py requires at least three); the ones here each
+An exercise is graded by several tests (tests/test_course.py requires at least three). The tests here each
 pin down one plausible wrong answer, named in the test's docstring, that the exercise's other tests might
-let through. They use only tiny arrays and the built-in model, so they run in a second.
+let through; they use only tiny arrays and the built-in model, so they run in a second.
+
+Then MISTAKES gives every exercise one plausible mistake (the error a student would really make), and it is
+planted: in a copy of the project, the reference text is replaced by the mistake, and the exercise's graded
+tests (`pytest --exercise N.M`, only the files holding them) must fail. An exercise without a mistake, or a
+mistake whose text moved out of its exercise, fails a fast test.
 """
 
 from __future__ import annotations
 
+import ast
+import functools
+import os
+import queue
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
 import numpy as np
 import pytest
 
+from mutate import ROOT, check_imports_the_copy, copy_project, run_tests, verdict  # the mutation list's machinery
+
 import tinyinfer
 from tinyinfer.attention import attention, causal_mask
+from tinyinfer.course.exercises import find_exercises, parse_id
 from tinyinfer.families import config_from_hf
 from tinyinfer.engine.block_manager import block_hash, prefix_hashes
 from tinyinfer.flash_attention import online_softmax_step
@@ -23,6 +39,7 @@ from tinyinfer.moe import shared_expert
 from tinyinfer.norms import rms_norm
 from tinyinfer.quantize import pack_int4
 from tinyinfer.rope import apply_rope
+from tinyinfer.sampling import draw
 from tinyinfer.safetensors_io import bf16_to_f32
 from tinyinfer.speculative import residual, verify
 
@@ -222,6 +239,27 @@ def test_max_tokens_is_exactly_the_number_of_tokens_made():
         assert len(model.generate("ROMEO:", max_tokens=n, temperature=0.0, ignore_eos=True).token_ids) == n
 
 
+class _FixedUniform:
+    """A generator whose one uniform number is chosen: to put u exactly on the edge between two tokens."""
+
+    def __init__(self, u: float):
+        self.u = u
+
+    def random(self) -> float:
+        return self.u
+
+
+@pytest.mark.exercise("6.1")
+def test_a_draw_on_the_edge_of_an_interval_takes_the_token_that_starts_there():
+    """Wrong answer: `np.searchsorted`'s default side ("left"): u == cdf[i] then picks token i, although its
+    interval [cdf[i-1], cdf[i]) stops short of u, and u = 0 picks a first token of probability 0. The token
+    drawn is the first whose cumulative probability *exceeds* u."""
+    probs = np.array([0.0, 0.25, 0.0, 0.5, 0.25])
+    cdf = np.cumsum(probs)  # 0, 0.25, 0.25, 0.75, 1: exact in binary
+    for u in (0.0, 0.25, 0.75, 0.5):
+        assert draw(probs, _FixedUniform(u)) == int(np.flatnonzero(cdf > u)[0]), u
+
+
 @pytest.mark.exercise("7.3")
 def test_the_shared_gate_is_a_sigmoid_of_each_token():
     """Wrong answer: one gate for the whole batch, or a softmax over the single gate logit (always 1)."""
@@ -314,3 +352,144 @@ def test_a_zero_b_adds_nothing():
     """A freshly initialised LoRA (B = 0) must leave the base model's output unchanged."""
     update = LoraUpdate(slice(None), a=np.ones((4, 2)), b=np.zeros((2, 3)), scale=2.0)
     assert not lora_delta(np.ones((5, 4)), update).any()
+
+
+# --- every exercise: a plausible mistake planted in its reference, caught by its own graded tests -------------
+
+# exercise -> (text of its reference, found once between its markers; the plausible mistake put in its place)
+MISTAKES = {
+    "1.1": ("            i += 2", "            i += 1"),  # the pair's second id is kept as well
+    "1.2": ("if found is None or found[0] != rank:", "if found is None:"),  # a stale entry merges out of rank order
+    "2.1": ("<< 16", "<< 8"),  # half a bf16's width
+    "2.2": ("2 * n_layers", "n_layers"),  # keys only, no values
+    "3.1": ("visible = key_pos <= query_pos", "visible = key_pos < query_pos"),  # a token cannot see itself
+    "3.2": ("scale = hd**-0.5 if", "scale = 1.0 if"),  # scores not divided by sqrt(head_dim)
+    "3.3": ("o = o * rescale +", "o = o +"),  # the output summed under the old max is not rescaled
+    "4.1": ("return x * (mean_square + eps) ** -0.5 * weight", "return x / (mean_square ** 0.5 + eps) * weight"),
+    "4.2": ("= x1 * cos - x2 * sin", "= x1 * cos + x2 * sin"),  # the first half rotated the wrong way
+    "4.3": ('ACTIVATIONS[activation](linear(x, mlp, "gate")) * linear(x, mlp, "up")',
+            'linear(x, mlp, "gate") * ACTIVATIONS[activation](linear(x, mlp, "up"))'),  # silu(up) * gate
+    "5.1": ("= k.transpose(1, 0, 2)", "= k.reshape(k.shape[1], k.shape[0], -1)"),  # reshape is not a transpose
+    "5.2": ("position = len(prompt_ids)", "position = len(prompt_ids) - 1"),  # the first decode step one place early
+    "6.1": ('np.searchsorted(cdf, u, side="right")', "np.searchsorted(cdf, u)"),  # the default side: u = cdf[i] picks i
+    "6.2": ("mass_above = xp.cumsum(probs) - probs", "mass_above = xp.cumsum(probs)"),  # drops the token crossing p
+    "6.3": ("text.endswith(stop[:length])", "text.endswith(stop[-length:])"),  # a stop's end, not its start
+    "7.1": ("weights.sum(axis=-1, keepdims=True)", "weights.sum(axis=0, keepdims=True)"),  # renormalised over tokens
+    "7.2": ("out[rows] += y * weight_of_pair[start:end, None]", "out[rows] += y"),  # the router's weight forgotten
+    "7.3": ('gate = 1.0 / (1.0 + np.exp(-(h @ mlp["shared_gate"])))', 'gate = softmax(h @ mlp["shared_gate"])'),
+    "8.1": ("if lo <= byte <= hi:", "if lo <= byte < hi:"),  # misses every one-byte range
+    "8.2": ("nodes, states = children[live], following[live]", "nodes, states = children, following"),  # refused kept
+    "8.3": ('seq(Literal(hi[0]), _same_length_range("0" * rest, hi[1:]))',
+            "seq(Literal(hi[0]), Repeat(CharClass(((48, 57),)), rest, rest))"),  # the top digit takes any tail
+    "9.1": ("len(token_ids) - block_size + 1,", "len(token_ids) - block_size,"),  # the last full block lost
+    "9.2": ("            del self.free_blocks[block]", "            pass"),  # the revived block stays on the free list
+    "9.3": ("self.slots(seq_id, start, start + k.shape[0])", "self.slots(seq_id, 0, k.shape[0])"),  # from slot 0
+    "10.1": ("return min(missing, budget)", "return missing"),  # a chunk ignores the step's token budget
+    "10.2": ("victim = self.running[-1]", "victim = self.running[0]"),  # the oldest sequence preempted
+    "10.3": ("if seq.num_computed == seq.num_tokens and seq.status", "if seq.status"),  # samples after every chunk
+    "11.1": ("np.maximum(p - q, 0.0)", "np.abs(p - q)"),  # over-proposed tokens get mass too
+    "11.2": ("return guesses + [draw(p[len(guesses)], rng)]", "return guesses"),  # no bonus token
+    "12.1": ("xp.abs(groups).max(axis=1)", "groups.max(axis=1)"),  # the largest weight, not the largest magnitude
+    "12.2": ("groups.reshape(-1, n_out)[:n_rows]", "groups.reshape(-1, n_out)"),  # the padding rows kept
+    "12.3": ("nibbles[0::2] | (nibbles[1::2] << 4)", "(nibbles[0::2] << 4) | nibbles[1::2]"),  # even row high
+    "12.4": ("blocks[:, 2:34].view(np.int8)", "blocks[:, 2:34]"),  # codes read unsigned
+    "12.5": ("(c >> 4) | ((b >> 6) << 4)", "(c & 0x0F) | ((b >> 6) << 4)"),  # the mins read from the scales' nibble
+    "13.1": ("@ update.b * update.scale", "@ update.b"),  # the alpha / r scale forgotten
+    "14.1": ('if d == 0 and "o_bias" in layer:', 'if "o_bias" in layer:'),  # every rank adds the bias
+    "14.2": ('if d == 0 and "down_bias" in mlp:', 'if "down_bias" in mlp:'),  # every rank adds the bias
+    "15.1": ('sum(r["tinyinfer:num_requests_waiting"] for r in replicas) / n',
+             'sum(r["tinyinfer:num_requests_waiting"] for r in replicas)'),  # the total queue, not each replica's
+}
+
+
+def plant(root: Path, exercise) -> str:
+    """Put the exercise's mistake in place of its reference text, in its file under `root`; returns the file's
+    text before, to restore it. The text replaced must occur once between the exercise's markers."""
+    right, wrong = MISTAKES[exercise.id]
+    path = root / exercise.path
+    original = path.read_text(encoding="utf-8")
+    lines = original.splitlines()
+    region = "\n".join(lines[exercise.begin : exercise.end - 1])
+    assert region.count(right) == 1, (f"the reference of exercise {exercise.id} no longer holds {right!r} once: give it a "
+                                      "plausible mistake again in MISTAKES, tests/test_exercise_mistakes.py")
+    lines[exercise.begin : exercise.end - 1] = region.replace(right, wrong).splitlines()
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return original
+
+
+@functools.cache
+def graded_test_files() -> dict[str, list[str]]:
+    """Exercise id -> the test files with a test marked `@pytest.mark.exercise(..., id, ...)`."""
+    found: dict[str, list[str]] = {}
+    for path in sorted((ROOT / "tests").glob("test_*.py")):
+        ids = {a.value for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+               if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "exercise"
+               for a in node.args if isinstance(a, ast.Constant)}
+        for exercise_id in ids:
+            found.setdefault(exercise_id, []).append(f"tests/{path.name}")
+    return found
+
+
+@functools.cache
+def exercises() -> dict:
+    """The project's exercises by id (not at import: the grader's probed copy of a workspace imports this file,
+    and there the markers share their lines with the probe)."""
+    return {e.id: e for e in find_exercises(ROOT)}
+
+
+def test_every_exercise_has_a_planted_mistake():
+    assert sorted(MISTAKES, key=parse_id) == list(exercises()), "give each exercise (and only those) one in MISTAKES"
+
+
+@pytest.mark.parametrize("exercise_id", MISTAKES)
+def test_each_mistake_is_planted_inside_its_exercise(exercise_id, tmp_path):
+    exercise = exercises()[exercise_id]
+    (tmp_path / exercise.path).parent.mkdir(parents=True)
+    shutil.copy(ROOT / exercise.path, tmp_path / exercise.path)
+    assert plant(tmp_path, exercise) != (tmp_path / exercise.path).read_text(encoding="utf-8")
+    assert graded_test_files().get(exercise_id), f"no test file grades exercise {exercise_id}"
+
+
+WORKERS = min(2, os.cpu_count() or 1)  # the exercises' pytest processes run side by side, each in its own copy
+
+
+def plant_and_run(workspace: Path, exercise_id: str) -> tuple[int, str]:
+    """pytest's exit status on the exercise's graded tests, with its mistake planted in `workspace`, and what
+    pytest said; the file is restored afterwards."""
+    exercise = exercises()[exercise_id]
+    original = plant(workspace, exercise)
+    try:
+        return run_tests(workspace, ("--exercise", exercise_id, *graded_test_files()[exercise_id]))
+    finally:
+        (workspace / exercise.path).write_text(original, encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def planted(request, tmp_path_factory) -> dict[str, tuple[int, str]]:
+    """Exercise id -> plant_and_run's answer, for every exercise this session's tests ask about."""
+    wanted = [item.callspec.params["exercise_id"] for item in request.session.items
+              if item.originalname == test_each_planted_mistake_fails_the_exercise_own_tests.__name__]
+    copies = queue.SimpleQueue()  # the copies of the project not in use
+    for _ in range(WORKERS):
+        workspace = tmp_path_factory.mktemp("mistakes")
+        copy_project(workspace)
+        check_imports_the_copy(workspace)
+        copies.put(workspace)
+
+    def run(exercise_id):
+        workspace = copies.get()
+        try:
+            return plant_and_run(workspace, exercise_id)
+        finally:
+            copies.put(workspace)
+
+    with ThreadPoolExecutor(WORKERS) as pool:
+        return dict(zip(wanted, pool.map(run, wanted)))
+
+
+@pytest.mark.slow  # one pytest process per exercise, each running only that exercise's graded tests
+@pytest.mark.parametrize("exercise_id", MISTAKES)
+def test_each_planted_mistake_fails_the_exercise_own_tests(exercise_id, planted):
+    """The reference with the mistake in place runs, and fails one of the exercise's graded tests."""
+    status, said = planted[exercise_id]
+    assert verdict(status) == "caught", f"{exercise_id} with {MISTAKES[exercise_id][1]!r}: {verdict(status)}: {said}"

@@ -98,6 +98,9 @@ def test_greedy_with_a_draft_is_the_target_greedy_token_for_token(target, draft,
     assert good.speculation.acceptance_rate > bad.speculation.acceptance_rate  # a trained draft guesses better
     assert good.speculation.target_steps < 60 and bad.speculation.proposed > 0
     assert bad.speculation.proposed < 20  # its rejected guesses made the budget back off to plain steps
+    fixed = target.generate("ROMEO:", max_tokens=60, temperature=0, ignore_eos=True, draft=bad_draft,
+                            num_speculative_tokens=k, adaptive_speculation=False)  # k guesses every round
+    assert fixed.token_ids == plain.token_ids and fixed.speculation.proposed > 2 * bad.speculation.proposed
 
 
 def test_stop_strings_eos_and_logprobs_behave_as_without_a_draft(target, draft):
@@ -243,6 +246,8 @@ def test_bad_drafts_and_settings_are_clear_errors(target, draft):
         PromptLookup(prompt_lookup_max=1, prompt_lookup_min=2)
     with pytest.raises(TinyInferError, match="constraint"):
         target.generate("ROMEO:", max_tokens=5, draft="ngram", constraint=object())
+    with pytest.raises(TinyInferError, match="adaptive_speculation='no' is invalid"):
+        target.generate("ROMEO:", max_tokens=5, draft="ngram", adaptive_speculation="no")
 
 
 def test_cli_generate_with_a_draft_prints_the_same_text_and_the_guess_statistics(capsys):
@@ -274,6 +279,23 @@ def test_cli_warns_once_when_speculation_measured_slower_than_plain_decoding(cap
     assert main(args) == 0
     err = capsys.readouterr().err.splitlines()
     assert sum(line.startswith("warning: speculation ran at 0.50x the speed of plain decoding") for line in err) == warnings
+
+
+def test_bench_speculative_repeat_on_the_real_model_keeps_most_prompt_lookup_guesses(capsys):
+    """SmolLM2-135M-Instruct asked to repeat the bench's passage copies it, so prompt lookup's guesses are
+    mostly kept, and the tokens are the plain greedy ones (the row ends "yes")."""
+    from tinyinfer.catalogue import pulled_path  # noqa: PLC0415
+    from tinyinfer.cli import main  # noqa: PLC0415
+
+    if pulled_path("smollm2-135m-instruct") is None:
+        pytest.skip("the real model is not in the model cache: `python -m tinyinfer pull smollm2-135m-instruct`")
+    assert main(["bench", "speculative", "--model", "smollm2-135m-instruct", "--method", "ngram", "--task",
+                 "repeat", "-k", "8", "--tokens", "40", "--rounds", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "task repeat" in out
+    row = next(line for line in out.splitlines() if line.startswith("ngram k = 8")).split()
+    accepted, tokens_per_step = float(row[7].rstrip("%")) / 100, float(row[8])  # after "ngram k = 8", 3 columns
+    assert row[-1] == "yes" and accepted > 0.8 and tokens_per_step > 4
 
 
 def test_bench_speculative_compares_both_methods_with_the_same_tokens(capsys):

@@ -83,9 +83,9 @@ class GenerationStream:
     """Iterate to get the text as it is produced; `.result` holds the GenerationResult once done."""
 
     def __init__(self, model, prompt_ids: list[int], sampler: Sampler, draft=None, num_speculative_tokens: int = 4,
-                 lora: str | None = None):
+                 lora: str | None = None, adaptive_speculation: bool = True):
         self.result: GenerationResult | None = None
-        self._pieces = _run(model, prompt_ids, sampler, self, draft, num_speculative_tokens, lora)
+        self._pieces = _run(model, prompt_ids, sampler, self, draft, num_speculative_tokens, lora, adaptive_speculation)
 
     def __iter__(self) -> Iterator[str]:
         return self._pieces
@@ -181,14 +181,14 @@ def stop_ids(model, params: SamplingParams) -> set[int]:
 
 
 def _run(model, prompt_ids: list[int], sampler: Sampler, out: GenerationStream, draft, k: int,
-         lora: str | None) -> Iterator[str]:
+         lora: str | None, adaptive: bool) -> Iterator[str]:
     params = sampler.params
     timings = Timings()
     speculation = None if draft is None else SpeculationStats()
     if draft is None:
         picks = generate_tokens(model, prompt_ids, sampler, timings, lora)
     else:
-        picks = speculative_tokens(model, draft, prompt_ids, sampler, k, timings, speculation)
+        picks = speculative_tokens(model, draft, prompt_ids, sampler, k, timings, speculation, adaptive)
     output = OutputProcessor(params, stop_ids(model, params), model.tokenizer, prompt_ids)
     for choice in picks:  # at most max_tokens of them
         piece = output.push(choice)
@@ -206,7 +206,7 @@ def _run(model, prompt_ids: list[int], sampler: Sampler, out: GenerationStream, 
 
 def generate(model, prompt, params: SamplingParams | None = None, *, stream: bool = False, constraint=None,
              add_special_tokens: bool = True, draft=None, num_speculative_tokens: int = 4, lora: str | None = None,
-             **overrides):
+             adaptive_speculation: bool = True, **overrides):
     """Generate a continuation of `prompt` (text or token ids).
 
     `params` is a SamplingParams, or give its fields as keywords (max_tokens=50, temperature=0, seed=1, ...);
@@ -224,11 +224,13 @@ def generate(model, prompt, params: SamplingParams | None = None, *, stream: boo
     `num_speculative_tokens` tokens per round and the model checks them in one pass (tinyinfer/speculative.py);
     or "ngram" (a `PromptLookup`): the guesses are the tokens that followed the text's last tokens earlier on.
     The tokens follow the same distribution (at temperature 0: the very same tokens); the result's
-    `.speculation` says how many guesses were kept.
+    `.speculation` says how many guesses were kept. `adaptive_speculation`: guess fewer (or none, for a while)
+    after rejected guesses, as `GuessBudget` says; False guesses `num_speculative_tokens` every round.
 
     `lora`: the name of a LoRA adapter loaded on the model with `tinyinfer.lora.load_adapter`.
     """
     stream, add_special_tokens = check_flag("stream", stream), check_flag("add_special_tokens", add_special_tokens)
+    adaptive_speculation = check_flag("adaptive_speculation", adaptive_speculation)
     request = check_request(model, prompt, params, overrides, lora, constraint, add_special_tokens,
                             fit_default_length=True)
     params, prompt_ids, make_constraint = request.params, request.prompt_ids, request.make_constraint
@@ -236,7 +238,7 @@ def generate(model, prompt, params: SamplingParams | None = None, *, stream: boo
         check_draft(model, draft, constraint, lora, len(prompt_ids) + params.max_tokens, num_speculative_tokens)
     streams = [
         GenerationStream(model, prompt_ids, Sampler(params, prompt_ids, make_constraint(), rng, model.vocab_limit),
-                         draft, num_speculative_tokens, lora)
+                         draft, num_speculative_tokens, lora, adaptive_speculation)
         for rng in sequence_rngs(params.seed, params.n)
     ]
     if not stream:

@@ -77,11 +77,11 @@ def matmul(x, w):
     [T, d_in] @ [d_in, d_out] -> [T, d_out]
 
     Why: for every matrix-matrix product OpenBLAS first copies all of w into its own blocked layout, and for a
-    handful of rows that copy costs far more than the arithmetic (135M model, one thread: 2 rows through the
-    whole model 2.7x the time of 1 row). A matrix-vector product reads w as it lies; the second row finds
-    most of it still in the CPU cache (2 rows 1.3x, 3 rows 1.9x, 4 rows 2.1x). Past 4 rows the copy pays for
-    itself. Each row is then computed exactly as a one-row step computes it: speculative decoding's verify
-    pass (tinyinfer/speculative.py) scores its rows as plain decoding would.
+    handful of rows that copy costs far more than the arithmetic (SmolLM2-135M, one thread: 2 rows through
+    the whole model 2.3-3.1x the time of 1 row). A matrix-vector product reads w as it lies, and the next row
+    finds much of it still in the CPU cache (2 rows 1.3-1.8x, 4 rows 2.1-2.5x). At about 6 rows both cost
+    ~3x; past that the copy pays for itself. Each row is then computed exactly as a one-row step computes it:
+    speculative decoding's verify pass (tinyinfer/speculative.py) scores its rows as plain decoding would.
     """
     if 2 <= x.shape[0] <= ROW_BY_ROW_MAX and x.ndim == 2 and type(x) is np.ndarray and type(w) is np.ndarray:
         return np.matmul(x[:, None, :], w)[:, 0]  # [T, 1, d_in] @ [d_in, d_out] -> [T, 1, d_out] -> [T, d_out]

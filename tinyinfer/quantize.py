@@ -43,6 +43,7 @@ from tqdm import tqdm
 
 from tinyinfer.backend import xp_of
 from tinyinfer.errors import TinyInferError
+from tinyinfer.mlp import matmul
 from tinyinfer.param_tree import leaves
 
 
@@ -169,7 +170,7 @@ class QuantizedWeight:
         return dequantize_groups(self.codes(), self.scales, self.shape[0])
 
     def __rmatmul__(self, x):
-        return x @ self.dequantize()  # [T, in] @ [in, out] -> [T, out]
+        return matmul(x, self.dequantize())  # [T, in] @ [in, out] -> [T, out], as an unquantised weight is
 
     def columns(self, ids) -> QuantizedWeight:
         """The output columns `ids` (the packing runs down the rows, so columns are cut without unpacking)."""

@@ -264,7 +264,7 @@ class GuessBudget:
       miss in a row, 1, 2, 4, ... up to MAX_WAIT, and a kept guess resets it.
 
     Whatever the budget, each round's tokens follow the target's distribution (the rule is exact for any k
-    chosen before the round), so this changes the speed, never the output.
+    chosen before the round), so this changes the speed, never the output. Not `adaptive`: k every round.
 
     >>> b = GuessBudget(4); b.update(4, 0); [b.next() for _ in range(3)]   # a miss: one plain step, then 1 guess
     [0, 1, 1]
@@ -274,8 +274,8 @@ class GuessBudget:
 
     MAX_WAIT = 16
 
-    def __init__(self, k: int):
-        self.k, self.size, self.wait, self.misses = k, k, 0, 0
+    def __init__(self, k: int, adaptive: bool = True):
+        self.k, self.size, self.wait, self.misses, self.adaptive = k, k, 0, 0, adaptive
 
     def next(self) -> int:
         """Guesses to make this round (0: a plain step)."""
@@ -286,7 +286,7 @@ class GuessBudget:
 
     def update(self, proposed: int, kept: int) -> None:
         """The round made `proposed` guesses and the target kept `kept` of them."""
-        if not proposed:
+        if not (proposed and self.adaptive):
             return
         if kept:
             self.misses = 0
@@ -297,20 +297,20 @@ class GuessBudget:
 
 
 def speculative_tokens(target, draft, prompt_ids: list[int], sampler: Sampler, k: int, timings,
-                       stats: SpeculationStats) -> Iterator[TokenChoice]:
+                       stats: SpeculationStats, adaptive: bool = True) -> Iterator[TokenChoice]:
     """`generate_tokens` with guesses: yields the same kind of TokenChoice, several per target step.
 
     `draft` is a model or prompt lookup (see `proposer`). The target's cache holds keys and values of
     `tokens[:target_done]`; a round feeds it the one token it has not seen and the guesses, and its pass gives
     the k+1 rows of logits the guesses are checked against. The first round makes no guesses: a plain
     decoding step, timed as the yardstick the guessing rounds are compared with (`stats.slower_than_plain`);
-    after it, a GuessBudget of at most k says how many guesses each round makes.
+    after it, a GuessBudget of at most k says how many guesses each round makes (k each, unless `adaptive`).
     """
     max_tokens = sampler.params.max_tokens
     guesser = proposer(target, draft, len(prompt_ids) + max_tokens)
     target_cache = target.new_cache(max_seqs=1, max_len=len(prompt_ids) + max_tokens)
     tokens, target_done = list(prompt_ids), len(prompt_ids) - 1
-    budget = GuessBudget(k)
+    budget = GuessBudget(k, adaptive)
     start = time.perf_counter()
     if target_done:  # the prompt but its last token: no logits needed
         target.forward([SeqChunk(0, 0, tokens[:-1])], target_cache)

@@ -21,6 +21,7 @@ prose (PASSAGES: the longest that fits the context window with --tokens; about 1
 Romeo and Juliet for the built-in models' 128-token window), through the model's chat template; the answer
 ends where the model ends it (EOS) or at --tokens, and the model is free to stray from the passage: what it
 copies, prompt lookup guesses. Quoting, editing code and extracting fields are answered the same way.
+"summarise" asks for a summary of the same passage instead: the answer reuses phrases of it, not whole runs.
 
     python -m tinyinfer bench speculative                          # built-in shakespeare, shakespeare-draft
     python -m tinyinfer bench speculative --task repeat --method ngram draft_model
@@ -41,7 +42,8 @@ from tinyinfer.errors import TinyInferError
 from tinyinfer.model import SeqChunk
 from tinyinfer.speculative import PromptLookup
 
-PASSAGES = (  # the text --task repeat asks for again: the first that fits the model's context window
+REQUESTS = {"repeat": "Repeat this text exactly, word for word:", "summarise": "Summarise this text in a few sentences:"}
+PASSAGES = (  # the text the requests are about: the first that fits the model's context window
     "A lighthouse keeper's day began an hour before sunset. He climbed the spiral stairs with a can of oil, "
     "trimmed the wick, polished the great lens until no smear could scatter the beam, and wound the clockwork "
     "that turned it. Through the night he returned every few hours to wind the weights again and to write in "
@@ -60,10 +62,11 @@ def add_arguments(parser) -> None:
                         help="how the guesses are made: a draft model, prompt lookup, or both (the default)")
     parser.add_argument("-k", type=at_least(1), nargs="+", default=[1, 2, 4], help="guesses per round to try")
     parser.add_argument("--prompt-lookup-max", type=at_least(1), default=3, help="ngram: the longest suffix looked up")
-    parser.add_argument("--task", choices=["continue", "repeat"], default="continue",
+    parser.add_argument("--task", choices=["continue", *REQUESTS], default="continue",
                         help="continue: the prompt as given, --tokens generated; repeat: the chat request "
                              "'Repeat this text exactly, word for word:' with a passage of prose (~150 tokens), "
-                             "answered until the model's EOS or --tokens")
+                             "answered until the model's EOS or --tokens; summarise: 'Summarise this text in a "
+                             "few sentences:' with the same passage")
     parser.add_argument("--tokens", type=at_least(1), default=64, help="tokens to generate per run")
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--prompt", default="ROMEO:", help="prompt text (--task continue)")
@@ -72,22 +75,22 @@ def add_arguments(parser) -> None:
 
 
 def task_prompt(model_name: str, model, task: str, prompt: str, n_tokens: int) -> str:
-    """The prompt text of `task`: a repeat request goes through the model's chat template when it has one,
-    with the first of PASSAGES whose prompt leaves the model's context window room for `n_tokens` more."""
+    """The prompt text of `task`: a request about a passage goes through the model's chat template when it has
+    one, with the first of PASSAGES whose prompt leaves the model's context window room for `n_tokens` more."""
     if task == "continue":
         return prompt
     for passage in PASSAGES:
-        text = repeat_request(model_name, passage)
+        text = passage_request(model_name, REQUESTS[task], passage)
         if len(model.tokenizer.encode(text)) + n_tokens <= model.config.max_seq_len:
             break
     return text
 
 
-def repeat_request(model_name: str, passage: str) -> str:
-    request = f"Repeat this text exactly, word for word:\n\n{passage}"
+def passage_request(model_name: str, instruction: str, passage: str) -> str:
+    request = f"{instruction}\n\n{passage}"
     template = ChatTemplate.for_model(model_name, required=False)
-    if template is None:
-        return f"{request}\n\nThe text again, word for word:\n\n"
+    if template is None:  # a plain language model: the request, then the start of an answer to continue
+        return f"{request}\n\nAnswer:\n\n"
     return template.render([{"role": "user", "content": request}], add_generation_prompt=True)
 
 
@@ -136,7 +139,7 @@ def measure_and_report(args) -> int:
     print(f"target {args.model}: {target.n_params / 1e6:.2f}M parameters" +
           (f"; draft {args.draft}: {draft.n_params / 1e6:.2f}M" if draft is not None else "") +
           f"; task {args.task} ({len(target.tokenizer.encode(prompt))} prompt tokens), temperature "
-          f"{args.temperature}, {'up to ' if args.task == 'repeat' else ''}{args.tokens} tokens, BLAS threads "
+          f"{args.temperature}, {'' if args.task == 'continue' else 'up to '}{args.tokens} tokens, BLAS threads "
           f"{args.blas_threads}, fastest of {args.rounds}")
     best, best_cpu, results = {}, {}, {}
     for _ in range(args.rounds):

@@ -17,9 +17,9 @@ refused at compile time with the rule's name.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
-from itertools import islice
 
 from tinyinfer.constrain.grammar import (
     Alt,
@@ -57,9 +57,8 @@ class Network:
     _longest_of: dict[str, float] = field(default_factory=dict)
     _state_keys: dict[tuple[int, int], tuple | None] = field(default_factory=dict)
     building: str = ""  # the rule new states belong to
-    pending: dict[int, tuple[Repeat, int]] = field(default_factory=dict)  # state -> copies still to build, end
-    later: dict[int, tuple[Repeat, int]] = field(default_factory=dict)  # every state that was pending, as it was
-    grammar: Grammar | None = None
+    pending: dict[int, tuple[object, int]] = field(default_factory=dict)  # state -> expression still to build, end
+    later: dict[int, tuple[object, int]] = field(default_factory=dict)  # every state that was pending, as it was
 
     def new_state(self) -> int:
         self.byte_edges.append([])
@@ -70,10 +69,10 @@ class Network:
         return len(self.byte_edges) - 1
 
     def expand(self, state: int) -> None:
-        """Build the copies of a long repetition that wait at `state`, now that the parser reached it."""
-        repeat, end = self.pending.pop(state)
+        """Build what waits at `state` (a rule, or the copies left of a long repetition): the parser got here."""
+        expr, end = self.pending.pop(state)
         self.building = self.rule_of[state]
-        _build_repeat(self, self.grammar, repeat, state, end, self.building)
+        _build(self, expr, state, end)
 
     @property
     def n_states(self) -> int:
@@ -97,8 +96,12 @@ class Network:
         if rule not in self._rule_keys:
             order, names, texts, size = {rule: 0}, [rule], [], 0
             while len(texts) < len(names) and size <= KEY_LIMIT:  # breadth first over the rules reached
-                texts.append(repr(_renamed(self.rules[names[len(texts)]], order)))
-                names += islice(order, len(names), None)  # the rules this one named first
+                text, refs = _text_and_refs(self.rules[names[len(texts)]])
+                for name in refs:
+                    if name not in order:
+                        order[name] = len(names)
+                        names.append(name)
+                texts.append(f"{text} {[order[name] for name in refs]}")
                 size += len(texts[-1])
             self._rule_keys[rule] = "\n".join(texts) if size <= KEY_LIMIT else None
         return self._rule_keys[rule]
@@ -106,9 +109,10 @@ class Network:
     def state_key(self, state: int, horizon: int) -> tuple | None:
         """A name for `state` that two networks share when the automata from it to its rule's end agree on
         every string of up to `horizon` bytes: its rule's states reachable from it, numbered breadth first,
-        each with its edges (calls name the callee by `rule_key`). A repetition still to be built is named
-        by its item and count, the count capped at `horizon`: n copies with n above the horizon look the same
-        to any walk that far. None past KEY_STATES states, or for a callee too large."""
+        each with its edges (calls name the callee by `rule_key`). What waits to be built (a rule, the copies
+        left of a repetition) is named by its expression, a repetition's count capped at `horizon`: more
+        copies than that look the same to any walk that far. None past KEY_STATES states, or for a callee
+        too large."""
         memo = (state, horizon)
         if memo not in self._state_keys:
             order, queue, parts = {state: 0}, [state], []
@@ -121,14 +125,15 @@ class Network:
 
             for q in queue:  # grows while read: breadth first
                 if q in self.later:  # named as it was before it was built, so that history does not matter
-                    repeat, end = self.later[q]
-                    names: dict[str, int] = {}
-                    item = repr(_renamed(repeat.item, names))
-                    callees = [self.rule_key(name) for name in names]
-                    parts.append((item, tuple(callees), min(repeat.max, horizon), number(end)))
+                    expr, end = self.later[q]
+                    if isinstance(expr, Repeat) and expr.max is not None and expr.max > horizon >= expr.min:
+                        expr = Repeat(expr.item, expr.min, horizon)
+                    text, refs = _text_and_refs(expr)
+                    callees = [self.rule_key(name) for name in refs]
                     if None in callees:
                         parts = None
                         break
+                    parts.append((text, tuple(callees), number(end)))
                     continue
                 callees = [self.rule_key(self.rule_of[callee]) for callee, _ in self.call_edges[q]]
                 if len(order) > KEY_STATES or None in callees:
@@ -143,24 +148,23 @@ class Network:
 
 
 def compile_grammar(grammar: Grammar) -> Network:
-    """Build the network for every rule; check references and left recursion."""
+    """The network of every rule, each built when the parser first enters it (`Network.expand`), after the
+    checks that must come first: every reference defined, no left recursion."""
     net = Network(root=grammar.root)
     if grammar.root not in grammar.rules:
         raise TinyInferError(f"grammar has no {grammar.root!r} rule to start from")
-    net.rules, net.grammar = dict(grammar.rules), grammar
-    for name in grammar.rules:
-        net.building = name
-        net.rule_start[name] = net.new_state()
-        net.rule_end[name] = net.new_state()
-        net.end_of[net.rule_end[name]] = name
+    _check_references(grammar)
+    _check_left_recursion(grammar)
+    net.rules = dict(grammar.rules)
     for name, expr in grammar.rules.items():
         net.building = name
-        _build(net, grammar, expr, net.rule_start[name], net.rule_end[name], name)
-    _check_left_recursion(net)
+        start, end = net.rule_start[name], net.rule_end[name] = net.new_state(), net.new_state()
+        net.end_of[end] = name
+        net.pending[start] = net.later[start] = (expr, end)
     return net
 
 
-def _build(net: Network, grammar: Grammar, expr, start: int, end: int, rule: str) -> None:
+def _build(net: Network, expr, start: int, end: int) -> None:
     """Add states and edges so that paths start -> end spell exactly the strings of `expr`."""
     if isinstance(expr, Literal):
         data = expr.text.encode("utf-8")
@@ -171,31 +175,34 @@ def _build(net: Network, grammar: Grammar, expr, start: int, end: int, rule: str
             net.byte_edges[start].append((byte, byte, nxt))
             start = nxt
     elif isinstance(expr, CharClass):
-        for lo, hi in class_code_points(expr):
-            for byte_ranges in utf8_sequences(lo, hi):
-                state = start
-                for i, (blo, bhi) in enumerate(byte_ranges):
-                    nxt = end if i == len(byte_ranges) - 1 else net.new_state()
-                    net.byte_edges[state].append((blo, bhi, nxt))
-                    state = nxt
+        for byte_ranges in _byte_sequences(expr):
+            state = start
+            for i, (blo, bhi) in enumerate(byte_ranges):
+                nxt = end if i == len(byte_ranges) - 1 else net.new_state()
+                net.byte_edges[state].append((blo, bhi, nxt))
+                state = nxt
     elif isinstance(expr, Seq):
         if not expr.items:
             net.eps_edges[start].append(end)
         for i, item in enumerate(expr.items):
             nxt = end if i == len(expr.items) - 1 else net.new_state()
-            _build(net, grammar, item, start, nxt, rule)
+            _build(net, item, start, nxt)
             start = nxt
     elif isinstance(expr, Alt):
         for option in expr.options:
-            _build(net, grammar, option, start, end, rule)
+            _build(net, option, start, end)
     elif isinstance(expr, Repeat):
-        _build_repeat(net, grammar, expr, start, end, rule)
+        _build_repeat(net, expr, start, end)
     elif isinstance(expr, Ref):
-        if expr.name not in grammar.rules:
-            raise TinyInferError(f"rule {rule!r} refers to undefined rule {expr.name!r}; define `{expr.name} ::= ...`")
         net.call_edges[start].append((net.rule_start[expr.name], end))
     else:
         raise TypeError(f"not a grammar expression: {expr!r}")
+
+
+@functools.lru_cache(maxsize=1024)  # every schema's string rules spell the same few classes
+def _byte_sequences(cls: CharClass) -> tuple:
+    """The UTF-8 byte-range sequences of a character class (utf8.py)."""
+    return tuple(tuple(seq) for lo, hi in class_code_points(cls) for seq in utf8_sequences(lo, hi))
 
 
 def _longest(expr, longest_rule) -> float:
@@ -225,6 +232,15 @@ def _longest(expr, longest_rule) -> float:
     return most if most <= SHORT_RULE else math.inf
 
 
+@functools.lru_cache(maxsize=4096)  # the JSON rules are the same objects in every schema's grammar
+def _text_and_refs(expr) -> tuple[str, tuple[str, ...]]:
+    """The text of an expression with its rule references numbered in the order they appear, and those
+    rules' names: ('Seq(items=(Literal(text=\'"\'), Ref(name=\'0\'), ...', ('json-char',))."""
+    names: dict[str, int] = {}
+    text = repr(_renamed(expr, names))
+    return text, tuple(names)
+
+
 def _renamed(expr, order: dict[str, int]):
     """`expr` with every rule reference replaced by its number in `order` (new names get the next numbers)."""
     if isinstance(expr, Ref):
@@ -238,15 +254,15 @@ def _renamed(expr, order: dict[str, int]):
     return expr
 
 
-def _build_repeat(net: Network, grammar: Grammar, expr: Repeat, start: int, end: int, rule: str) -> None:
+def _build_repeat(net: Network, expr: Repeat, start: int, end: int) -> None:
     for _ in range(expr.min):  # mandatory copies
         nxt = net.new_state()
-        _build(net, grammar, expr.item, start, nxt, rule)
+        _build(net, expr.item, start, nxt)
         start = nxt
     if expr.max is None:  # a loop on a fresh state (never loop back into a state other parts share)
         loop, body_end = net.new_state(), net.new_state()
         net.eps_edges[start].append(loop)
-        _build(net, grammar, expr.item, loop, body_end, rule)
+        _build(net, expr.item, loop, body_end)
         net.eps_edges[body_end].append(loop)
         net.eps_edges[loop].append(end)
         return
@@ -256,41 +272,68 @@ def _build_repeat(net: Network, grammar: Grammar, expr: Repeat, start: int, end:
             return
         net.eps_edges[start].append(end)
         nxt = net.new_state()
-        _build(net, grammar, expr.item, start, nxt, rule)
+        _build(net, expr.item, start, nxt)
         start = nxt
     net.eps_edges[start].append(end)
 
 
-def _left_calls(net: Network, start: int, nullable: set[str], rule_at: dict[int, str]) -> tuple[set[str], bool]:
-    """Rules called before any byte is consumed from `start`, and whether the rule's end is reachable so."""
-    seen, work, called, reaches_end = {start}, [start], set(), False
-    while work:
-        state = work.pop()
-        reaches_end |= net.end_of[state] is not None
-        targets = list(net.eps_edges[state])
-        for callee_start, ret in net.call_edges[state]:
-            callee = rule_at[callee_start]
-            called.add(callee)
-            if callee in nullable:
-                targets.append(ret)
-        for target in targets:
-            if target not in seen:
-                seen.add(target)
-                work.append(target)
-    return called, reaches_end
+def _nullable(expr, nullable: set[str]) -> bool:
+    """Can `expr` match the empty string (given the rules known to)?"""
+    if isinstance(expr, Literal):
+        return not expr.text
+    if isinstance(expr, Seq):
+        return all(_nullable(item, nullable) for item in expr.items)
+    if isinstance(expr, Alt):
+        return any(_nullable(option, nullable) for option in expr.options)
+    if isinstance(expr, Repeat):
+        return expr.min == 0 or _nullable(expr.item, nullable)
+    return isinstance(expr, Ref) and expr.name in nullable  # a CharClass reads a character
 
 
-def _check_left_recursion(net: Network) -> None:
-    rule_at = {start: name for name, start in net.rule_start.items()}
+def _left_refs(expr, nullable: set[str], out: set[str]) -> set[str]:
+    """Add to `out` the rules `expr` may call before reading a byte."""
+    if isinstance(expr, Ref):
+        out.add(expr.name)
+    elif isinstance(expr, Seq):
+        for item in expr.items:
+            _left_refs(item, nullable, out)
+            if not _nullable(item, nullable):
+                break
+    elif isinstance(expr, Alt):
+        for option in expr.options:
+            _left_refs(option, nullable, out)
+    elif isinstance(expr, Repeat) and expr.max != 0:
+        _left_refs(expr.item, nullable, out)
+    return out
+
+
+def _check_references(grammar: Grammar) -> None:
+    """Every rule a rule refers to is defined (checked before any rule is built: rules are built lazily)."""
+    for rule, expr in grammar.rules.items():
+        work = [expr]
+        while work:
+            expr = work.pop()
+            kind = type(expr)
+            if kind is Seq:
+                work.extend(expr.items)
+            elif kind is Alt:
+                work.extend(expr.options)
+            elif kind is Repeat:
+                work.append(expr.item)
+            elif kind is Ref and expr.name not in grammar.rules:
+                raise TinyInferError(f"rule {rule!r} refers to undefined rule {expr.name!r}; define `{expr.name} ::= ...`")
+
+
+def _check_left_recursion(grammar: Grammar) -> None:
     nullable: set[str] = set()
     changed = True
-    while changed:  # a rule is nullable when its end is reachable through nullable calls only
+    while changed:  # a rule is nullable when its expression is, given the rules known to be
         changed = False
-        for name, start in net.rule_start.items():
-            if name not in nullable and _left_calls(net, start, nullable, rule_at)[1]:
+        for name, expr in grammar.rules.items():
+            if name not in nullable and _nullable(expr, nullable):
                 nullable.add(name)
                 changed = True
-    left = {name: _left_calls(net, start, nullable, rule_at)[0] for name, start in net.rule_start.items()}
+    left = {name: _left_refs(expr, nullable, set()) for name, expr in grammar.rules.items()}
     for name, callees in left.items():  # depth-first search for a cycle name -> ... -> name
         stack, seen = list(callees), set()
         while stack:

@@ -64,7 +64,7 @@ class _HashedOnce:
     def __hash__(self) -> int:
         cached = self.__dict__.get("_hash")
         if cached is None:
-            cached = hash((type(self).__name__, *(getattr(self, f) for f in self.__dataclass_fields__)))
+            cached = hash((type(self).__name__, *self.__dict__.values()))  # the fields, in order
             object.__setattr__(self, "_hash", cached)
         return cached
 

@@ -152,6 +152,7 @@ class _Compiler:
         self.ref_rules: dict[str, str] = {}  # "$ref" string -> rule name
         self.numbers: dict[str, object] = {}  # number constraints -> their rules' start (None: no number)
         self.counter = 0
+        self.pattern_names: dict[tuple, str] = {}  # (pattern, minLength, maxLength) -> its rule (pattern_rule)
 
     def grammar(self, schema=None, path: str = "#") -> Grammar:
         """The grammar of the root schema (or of `schema`, a part of it, whose $refs point into the root)."""
@@ -424,10 +425,10 @@ class _Compiler:
             if len(patterns) == 1 and not (fmt in FORMATS or excluded or unlike):
                 fitted = _with_length(languages[0], lo, hi)  # `^[class]*$` with a length: no automaton needed
                 if fitted is not None:
-                    return quoted(json_content(fitted))
+                    return self.pattern_rule((patterns[0], lo, hi), lambda: quoted(json_content(fitted)))
             return self.string_rules(self.string_dfa(schema, path), path)
         if patterns:
-            return quoted(json_content(languages[0]))
+            return self.pattern_rule((patterns[0], 0, None), lambda: quoted(json_content(languages[0])))
         if fmt in FORMATS:
             return self.shared(f"format-{fmt}", lambda: format_expr(fmt))
         if excluded:  # (from `not: {enum: [...]}`) any string of lo.. characters but these
@@ -762,6 +763,11 @@ class _Compiler:
                 continue
             options.append(seq(key, Literal(":"), value))
         return props, False, self._object_rule(alt(*options)) if options else None
+
+    def pattern_rule(self, key: tuple, build) -> Ref:
+        """A string of a pattern as a rule of its own, built once: its own rule, the masks' local view of it
+        stops at the string (`ByteParser.local_view`), so other schemas with the same pattern share its walk."""
+        return self.shared(self.pattern_names.setdefault(key, f"pattern-{len(self.pattern_names) + 1}"), build)
 
     def shared(self, name: str, build) -> Ref:
         """A rule built once and called wherever it recurs (one `maxLength: 1024` string, not fifty)."""

@@ -80,6 +80,8 @@ _JSON_SPECIAL = ((0x00, 0x1F), (0x22, 0x22), (0x5C, 0x5C))  # characters json.du
 
 def json_encode_char(cp: int) -> str:
     r"""The text json.dumps writes for one character inside a string: 0x22 -> '\"', 0x0A -> '\n'."""
+    if 0x20 <= cp < 0x7F and cp not in (0x22, 0x5C):  # printable ASCII is itself (most of a schema's keys)
+        return chr(cp)
     return json.dumps(chr(cp), ensure_ascii=False)[1:-1]
 
 
@@ -153,7 +155,7 @@ def string_not_in(names: list[str], alphabet: CharClass | None = None, min_lengt
         more = Repeat(tail.item, max(0, min_length - depth - 1), None)
         options.append(seq(differs, more))
         options += [seq(Literal(json_encode_char(ord(ch))), rest(node[ch], depth + 1)) for ch in chars]
-        return alt(*options)
+        return Alt(tuple(options)) if len(options) > 1 else options[0]  # distinct by their first character
 
     return quoted(rest(trie, 0))
 

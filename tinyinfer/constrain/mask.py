@@ -9,7 +9,8 @@ Masks are cached per parser state, and computed in one of two ways:
 
 - Most states allow a handful of tokens (the next letters of a key, `":"`, a digit). A depth-first walk in
   plain Python follows only the live trie nodes; it gives up past `sparse_limit` of them.
-- The others (inside a string, almost every token) take the NumPy walk, level by level, on the parser's
+- The others (inside a string, almost every token) take the NumPy walk, a depth of the trie at a time
+  with one gather from a table of transitions (a row per parser state), on the parser's
   `local_view`: bytes that stay inside the current rules give a context-free part of the mask, cached by
   the view; where a byte finishes the current rule (the view is `escaped`), the walk records the trie node
   and finishes that subtree with the full state. Those escape points are few (tokens containing `"` inside
@@ -54,24 +55,43 @@ class VocabTrie:
                 node = child
             self.node_of_token[token_id] = node
         self.n_nodes = len(children)
-        self.depth = max((len(data) for data in vocab), default=0)  # bytes of the longest token
         self.parent = np.array(parent, dtype=np.int64)  # [n_nodes]
         self.child_start = np.cumsum([0] + [len(kids) for kids in children]).astype(np.int64)  # [n_nodes + 1]
         self.child_byte = np.array([b for kids in children for b in kids], dtype=np.uint8)  # [n_nodes - 1]
         self.child_node = np.array([c for kids in children for c in kids.values()], dtype=np.int64)
         self.edge_byte = np.zeros(self.n_nodes, dtype=np.uint8)  # [n_nodes]: the byte that leads to the node
         self.edge_byte[self.child_node] = self.child_byte
+        depth = [0] * self.n_nodes
+        for node in range(1, self.n_nodes):  # a child is numbered after its parent
+            depth[node] = depth[parent[node]] + 1
+        self.depth = np.array(depth, dtype=np.int64)  # [n_nodes] bytes from the root
+        self.longest = max(depth)  # bytes of the longest token
+        by_depth = np.argsort(self.depth, kind="stable")
+        self.levels = np.split(by_depth, np.flatnonzero(np.diff(self.depth[by_depth])) + 1)  # depth -> nodes
         # the same in Python lists for the plain-Python walk (indexing a NumPy array per element is slow)
         self.child_start_list, self.child_node_list = self.child_start.tolist(), self.child_node.tolist()
         self.child_byte_bytes = self.child_byte.tobytes()
-        self._tokens_of_node: dict[int, list[int]] = {}  # node -> its tokens (two tokens may share bytes)
+        self._token_at = [-1] * self.n_nodes  # node -> the token whose bytes end there (-1: none)
+        self._more_tokens: dict[int, list[int]] = {}  # node -> further tokens with the same bytes (rare)
+        self._children: dict[int, dict[int, int]] = {}  # node -> children_of(node)
         for token_id, node in enumerate(self.node_of_token.tolist()):
-            if node:
-                self._tokens_of_node.setdefault(node, []).append(token_id)
+            if node and self._token_at[node] >= 0:
+                self._more_tokens.setdefault(node, []).append(token_id)
+            elif node:
+                self._token_at[node] = token_id
+
+    def children_of(self, node: int) -> dict[int, int]:
+        """byte -> child node, for a node with many children (memoized)."""
+        kids = self._children.get(node)
+        if kids is None:
+            edges = slice(self.child_start_list[node], self.child_start_list[node + 1])
+            kids = self._children[node] = dict(zip(self.child_byte_bytes[edges], self.child_node_list[edges]))
+        return kids
 
     def tokens_at(self, nodes: list[int]) -> list[int]:
         """The token ids whose bytes end at these nodes."""
-        return [t for n in nodes for t in self._tokens_of_node.get(n, ())]
+        tokens = [t for n in nodes if (t := self._token_at[n]) >= 0]
+        return tokens + [t for n in nodes for t in self._more_tokens.get(n, ())] if self._more_tokens else tokens
 
     def prefix(self, node: int) -> bytes:
         """The byte string spelled from the root to `node`."""
@@ -82,7 +102,7 @@ class VocabTrie:
         return bytes(reversed(out))
 
 
-MAX_VIEW_WALKS = 512  # views' walks a Vocabulary keeps (each a bool per token: 50 KB for GPT-2)
+MAX_VIEW_WALKS = 256  # views' walks a Vocabulary keeps (each a bool per token: 50 KB for GPT-2)
 
 
 class Vocabulary:
@@ -116,8 +136,10 @@ class Vocabulary:
         return cls(token_bytes, [i for i in eos_ids if i < rows], getattr(tokenizer, "special_ids", ()))
 
 
-SPARSE_LIMIT = 512  # live trie nodes a plain-Python walk follows before the NumPy walk takes over
-FEW_CHILDREN = 16  # below this many children a trie node steps the parser per child byte
+SPARSE_LIMIT = 2048  # live trie nodes a plain-Python walk follows before the NumPy walk takes over
+MANY_BYTES = 64  # a state taking more first bytes than this (a string body) goes straight to the NumPy walk
+FEW_CHILDREN = 16  # up to this many children a trie node steps the parser per child byte
+TABLE_AFTER = 16  # a parser state stepped this often without its table of 256 transitions gets one
 
 
 class TokenMasker:
@@ -128,34 +150,43 @@ class TokenMasker:
         self.vocab, self.vocab_size, self.eos_ids, self.trie = vocab, vocab.size, vocab.eos_ids, vocab.trie
         self._local_cache: dict[int, tuple[np.ndarray, list]] = {}  # view -> _local_walk(view)
         self._mask_cache: dict[int, np.ndarray] = {}
-        self._tables: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # state -> _transitions(state)
+        self._table = _Table()  # rows of transitions for the NumPy walk (_step_many)
+        self._row_of = np.full(1024, -1, dtype=np.int64)  # parser state -> its row in the table (-1: none yet)
+        self._uses = np.zeros(1024, dtype=np.int64)  # parser state -> bytes it was stepped by without a row
         self._byte_tables: dict[int, list[int]] = {}  # state -> _byte_table(state)
+        self._visits: dict[int, int] = {}  # state -> trie nodes the plain walk stepped it at, without a table
         self.sparse_limit = SPARSE_LIMIT
 
     def mask(self, state: int) -> np.ndarray:
         """Allowed tokens after reaching parser `state` (EOS exactly when the grammar may end)."""
         cached = self._mask_cache.get(state)
         if cached is None:
-            starts = [(0, state)]
-            nodes = self._walk_sparse(starts, self.sparse_limit)
-            if nodes is None:  # too many live tokens for a walk in plain Python: the view's walk, then escapes
+            nodes = None
+            if len(self.parser.next_bytes(state)) <= MANY_BYTES:  # a few first bytes: likely a few tokens
+                nodes = self._walk_sparse([(0, state)], self.sparse_limit)
+            if nodes is None:  # the view's walk (shared), then its escapes finished with the full state
                 local, escapes = self._local_walk(self.parser.local_view(state))
                 starts = [(n, s) for n, prefix in escapes if (s := self.parser.step_bytes(state, prefix)) != DEAD]
-                cached = local.copy()
-                nodes = self._walk_sparse(starts, self.sparse_limit)
-                if nodes is None:
-                    node_ok = np.zeros(self.trie.n_nodes, dtype=bool)  # [n_nodes]
-                    node_ok[self._walk(*(np.array(column, dtype=np.int64) for column in zip(*starts)))] = True
-                    cached |= node_ok[self.trie.node_of_token]  # [n_nodes] -> [vocab]
-                    nodes = []
-                nodes += [n for n, _ in starts]
+                cached = local | self._tokens_below(starts)  # [vocab]
             else:
                 cached = np.zeros(self.vocab_size, dtype=bool)  # [vocab]
-            cached[self.trie.tokens_at(nodes)] = True
+                cached[self.trie.tokens_at(nodes)] = True
             if self.parser.accepts(state):
                 cached[self.eos_ids] = True
             self._mask_cache[state] = cached
         return cached.copy()
+
+    def _tokens_below(self, starts: list[tuple[int, int]]) -> np.ndarray:
+        """bool [vocab]: the tokens at or below trie nodes reached alive, each in its parser state."""
+        tokens = np.zeros(self.vocab_size, dtype=bool)  # [vocab]
+        nodes = self._walk_sparse(starts, self.sparse_limit)
+        if nodes is None:
+            node_ok = np.zeros(self.trie.n_nodes, dtype=bool)  # [n_nodes]
+            node_ok[self._walk(*(np.array(column, dtype=np.int64) for column in zip(*starts)))] = True
+            tokens |= node_ok[self.trie.node_of_token]  # [n_nodes] -> [vocab]
+            nodes = []
+        tokens[self.trie.tokens_at(nodes + [n for n, _ in starts])] = True
+        return tokens
 
     def _walk_sparse(self, starts: list[tuple[int, int]], limit: int) -> list[int] | None:
         """The trie nodes below `starts` (node, parser state) whose prefix keeps the parser alive, depth first
@@ -166,15 +197,22 @@ class TokenMasker:
         while stack:
             node, at = stack.pop()
             edges = range(start[node], start[node + 1])
-            if len(edges) > FEW_CHILDREN:  # the state's whole byte table (built once) beats a step per child
-                following = self._byte_table(at)
-                steps = [(edge, following[byte[edge]]) for edge in edges]
-            else:
-                steps = [(edge, self.parser.step(at, byte[edge])) for edge in edges]
-            for edge, nxt in steps:
+            following = self._byte_tables.get(at)
+            if len(edges) > FEW_CHILDREN and len(self.parser.next_bytes(at)) < len(edges) // 4:
+                kids = self.trie.children_of(node)  # the root, say, in a state taking a few bytes: step those
+                steps = [(kids[b], self.parser.step(at, b)) for b in self.parser.next_bytes(at) if b in kids]
+            elif following is not None or len(edges) > FEW_CHILDREN:  # the state's table of 256 (built once)
+                following = following or self._byte_table(at)
+                steps = [(child[edge], following[byte[edge]]) for edge in edges]
+            else:  # a step per child (memoized in the parser); a state met at many nodes gets its table
+                steps = [(child[edge], self.parser.step(at, byte[edge])) for edge in edges]
+                self._visits[at] = visits = self._visits.get(at, 0) + 1
+                if visits == TABLE_AFTER:
+                    self._byte_table(at)
+            for kid, nxt in steps:
                 if nxt != DEAD:
-                    allowed.append(child[edge])
-                    stack.append((child[edge], nxt))
+                    allowed.append(kid)
+                    stack.append((kid, nxt))
             if len(allowed) > limit:
                 return None
         return allowed
@@ -192,7 +230,7 @@ class TokenMasker:
         grammar with the same string rule finds the walk done."""
         local = self._local_cache.get(view)
         if local is None:
-            key = None if view == DEAD else self.parser.view_key(view, self.trie.depth + 1)
+            key = None if view == DEAD else self.parser.view_key(view, self.trie.longest + 1)
             local = self.vocab.view_walks.get(key) if key is not None else None
             if local is None:
                 node_ok = np.zeros(self.trie.n_nodes, dtype=bool)  # [n_nodes]
@@ -207,51 +245,79 @@ class TokenMasker:
             self._local_cache[view] = local
         return local
 
-    def _transitions(self, state: int) -> tuple[np.ndarray, np.ndarray]:
-        """For each of the 256 bytes: the next parser state (DEAD if none) and whether it is escaped."""
-        table = self._tables.get(state)
-        if table is None:
-            following = np.array(self._byte_table(state), dtype=np.int64)  # [256]
-            escaped = np.array([s != DEAD and self.parser.escaped(s) for s in following.tolist()])  # [256]
-            table = self._tables[state] = (following, escaped)
-        return table
+    def _step_many(self, states: np.ndarray, data: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each parser state stepped by its byte: the next states (DEAD where refused) and whether each is
+        escaped, gathered from a table with a row of 256 transitions per state (rows built on first use)."""
+        if states.size and states.max() >= self._row_of.size:  # the parser interned new states: make room
+            size = max(2 * self._row_of.size, int(states.max()) + 1)
+            self._row_of = np.concatenate([self._row_of, np.full(size - self._row_of.size, -1, dtype=np.int64)])
+            self._uses = np.concatenate([self._uses, np.zeros(size - self._uses.size, dtype=np.int64)])
+        rows = self._row_of[states]  # [N]
+        if (rows < 0).any():
+            np.add.at(self._uses, states[rows < 0], 1)
+            new = np.unique(states[rows < 0])
+            for state in new[self._uses[new] >= TABLE_AFTER].tolist():  # stepped often enough for all 256 bytes
+                following = self._byte_table(state)  # [256]
+                self._table.append(following, [s != DEAD and self.parser.escaped(s) for s in following])
+                self._row_of[state] = self._table.size - 1
+            rows = self._row_of[states]
+        following, escaped = self._table.following[rows, data], self._table.escaped[rows, data]  # [N], [N]
+        for i in np.flatnonzero(rows < 0).tolist():  # a state met a few times: a step per byte (memoized)
+            following[i] = nxt = self.parser.step(int(states[i]), int(data[i]))
+            escaped[i] = nxt != DEAD and self.parser.escaped(nxt)
+        return following, escaped
 
     def _walk(self, nodes: np.ndarray, states: np.ndarray, escapes: list | None = None) -> np.ndarray:
-        """Trie nodes below `nodes` (each reached in parser state `states`) whose prefix keeps the parser
-        alive, walked level by level: all edges out of the frontier at once, one table lookup per state.
+        """Trie nodes below `nodes` (each reached in parser state `states`; none below another) whose prefix
+        keeps the parser alive, a frontier at a time: the children of all live nodes step their parent's
+        state by their own byte in one gather from the transition table (`_step_many`).
 
-        With `escapes`, nodes whose state is escaped are appended there (an array per level) instead."""
+        The children come from the trie's rows (`child_start`); when the frontier is most of one depth of
+        the trie (inside a string), sweeping the whole next depth and asking each node's parent is cheaper.
+        With `escapes`, nodes whose state is escaped are appended there (an array per step) instead."""
         # BEGIN EXERCISE 8.2: walk the vocabulary trie with the parser
-        trie, allowed = self.trie, []
+        trie, allowed, reached = self.trie, [], None
+        depths = trie.depth[nodes]
+        depth = int(depths[0]) if nodes.size and (depths == depths[0]).all() else None  # one depth: may sweep
         while nodes.size:
-            counts = trie.child_start[nodes + 1] - trie.child_start[nodes]  # [F] children per frontier node
-            before = np.repeat(np.cumsum(counts) - counts, counts)  # [E] index of each edge's first sibling
-            edges = np.repeat(trie.child_start[nodes], counts) + np.arange(before.size) - before  # [E]
-            parents = np.repeat(states, counts)  # [E] parser state before each edge
-            following = np.full(edges.size, DEAD, dtype=np.int64)  # [E]
-            escaped = np.zeros(edges.size, dtype=bool)  # [E]
-            for state, group in _groups(parents):
-                table, table_escaped = self._transitions(state)
-                following[group] = table[trie.child_byte[edges[group]]]
-                escaped[group] = table_escaped[trie.child_byte[edges[group]]]
+            if depth is not None and depth + 1 < len(trie.levels) and nodes.size * 4 > trie.levels[depth].size:
+                if reached is None:
+                    reached = np.full(trie.n_nodes, DEAD, dtype=np.int64)  # [n_nodes] state at live nodes
+                reached[nodes] = states
+                children = trie.levels[depth + 1]  # [C] every node one byte deeper
+                before = reached[trie.parent[children]]  # [C] its parent's state (DEAD: not alive)
+                children, before = children[before != DEAD], before[before != DEAD]
+            else:
+                counts = trie.child_start[nodes + 1] - trie.child_start[nodes]  # [F] children per node
+                first = np.repeat(np.cumsum(counts) - counts, counts)  # [C] index of each one's first sibling
+                edges = np.repeat(trie.child_start[nodes], counts) + np.arange(first.size) - first  # [C]
+                children, before = trie.child_node[edges], np.repeat(states, counts)  # [C], [C]
+            following, escaped = self._step_many(before, trie.edge_byte[children])  # [C], [C]
             live = following != DEAD
             if escapes is not None:
-                escapes.append(trie.child_node[edges[live & escaped]])
+                escapes.append(children[live & escaped])
                 live &= ~escaped
-            nodes, states = trie.child_node[edges[live]], following[live]
+            nodes, states = children[live], following[live]
             allowed.append(nodes)
+            depth = None if depth is None else depth + 1
         return np.concatenate(allowed) if allowed else np.zeros(0, dtype=np.int64)
         # END EXERCISE 8.2
 
 
-def _groups(states: np.ndarray):
-    """(state, positions of `states` holding it) for each distinct state: the edges of one trie level grouped
-    by the parser state they leave from. Often a level has one state (the inside of a string): no sorting."""
-    if states.size and states.min() == states.max():
-        return [(int(states[0]), slice(None))]
-    order = np.argsort(states, kind="stable")
-    distinct, first = np.unique(states[order], return_index=True)
-    return zip(distinct.tolist(), np.split(order, first[1:]))
+class _Table:
+    """A growing table of transitions, a row per parser state: next state and escaped flag per byte."""
+
+    def __init__(self):
+        self.size = 0
+        self.following = np.zeros((16, 256), dtype=np.int64)  # [capacity, 256]
+        self.escaped = np.zeros((16, 256), dtype=bool)  # [capacity, 256]
+
+    def append(self, following: list[int], escaped: list[bool]) -> None:
+        if self.size == len(self.following):  # full: double the capacity
+            self.following = np.concatenate([self.following, np.zeros_like(self.following)])
+            self.escaped = np.concatenate([self.escaped, np.zeros_like(self.escaped)])
+        self.following[self.size], self.escaped[self.size] = following, escaped
+        self.size += 1
 
 
 class Constraint:

@@ -27,6 +27,7 @@ from tinyinfer.families import FAMILIES, Family, config_from_hf, load_params, un
 from tinyinfer.gguf.architectures import GGUFLayout, Metadata
 from tinyinfer.gguf.quants import DEQUANTIZERS, check_supported, dequantize
 from tinyinfer.gguf.reader import GGUFFile
+from tinyinfer.mlp import matmul
 from tinyinfer.tokenizer.gguf import tokenizer_from_gguf
 
 LAYER_NAME = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)")
@@ -167,7 +168,8 @@ class QuantizedRows:
         return self.dequantize_rows().T  # [out, in] -> [in, out]
 
     def __rmatmul__(self, x):
-        return x @ self.dequantize_rows().T  # [T, in] @ [in, out] -> [T, out]
+        w = np.ascontiguousarray(self.dequantize_rows().T)  # [out, in] -> [in, out], laid out as the float32 model's
+        return matmul(x, w)  # [T, in] @ [in, out] -> [T, out]: the very product the float32 model computes
 
     def columns(self, ids) -> QuantizedRows:
         """Output columns `ids` (rows of the file's tensors), still quantised; e.g. the rows of an embedding."""
