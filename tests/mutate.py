@@ -187,6 +187,12 @@ MUTATIONS = [
              ("tests/test_speculative.py",)),
     Mutation("speculative: residual max(0, q - p)", "tinyinfer/speculative.py",
              "    extra = np.maximum(p - q, 0.0)", "    extra = np.maximum(q - p, 0.0)", ("tests/test_speculative.py",)),
+    Mutation("speculative: the guess budget never backs off after a miss", "tinyinfer/speculative.py",
+             "            self.wait = min(2 ** self.misses, self.MAX_WAIT)", "            self.wait = 0",
+             ("tests/test_speculative.py", "-k", "budget or greedy_with_a_draft")),
+    Mutation("row-by-row products: each row multiplied by the first", "tinyinfer/mlp.py",
+             "        return np.matmul(x[:, None, :], w)[:, 0]", "        return np.matmul(x[:1, None, :], w)[[0] * len(x), 0]",
+             ("tests/test_core.py", "-k", "row_by_row")),
     # --- the command line
     Mutation("generate --quantize quantises a discarded copy", "tinyinfer/commands/generate.py",
              "        quantize_model(model, args.quantize)",

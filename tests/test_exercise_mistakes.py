@@ -410,7 +410,8 @@ def plant(root: Path, exercise) -> str:
     original = path.read_text(encoding="utf-8")
     lines = original.splitlines()
     region = "\n".join(lines[exercise.begin : exercise.end - 1])
-    assert region.count(right) == 1, f"the reference of {exercise.id} changed: update MISTAKES"
+    assert region.count(right) == 1, (f"the reference of exercise {exercise.id} no longer holds {right!r} once: give it a "
+                                      "plausible mistake again in MISTAKES, tests/test_exercise_mistakes.py")
     lines[exercise.begin : exercise.end - 1] = region.replace(right, wrong).splitlines()
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return original
