@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import SHARED_DATA, shared_data
+from tinyinfer.constrain import automaton
 from tinyinfer.constrain.automaton import compile_grammar
 from tinyinfer.constrain.grammar import parse_grammar
 from tinyinfer.constrain.json_schema import schema_to_grammar
@@ -106,3 +107,23 @@ def test_a_long_bounded_string_is_built_lazily_and_shares_walks_far_from_its_bou
         assert (masker.mask(state) == reference_mask(masker, token_bytes, state)).all(), length
         walks.append(len(vocab.view_walks))
     assert walks[0] == walks[1] == walks[2] < walks[3] < walks[4] < walks[5]  # 1, 2, 500 chars: one walk
+
+
+def test_the_key_names_an_object_forbids_are_built_as_the_text_reaches_them(token_bytes, monkeypatch):
+    """additionalProperties beside declared names: any key but those, an alternation by letter whose
+    branches wait until the text enters them (fewer states than building every branch at once); masks at
+    each step of such keys still equal the reference."""
+    vocab = Vocabulary(token_bytes, eos_ids=[VOCAB_SIZE])
+    names = ["alpha", "alps", "beta", "bet", "gamma", "delta", "epsilon"]
+    schema = {"type": "object", "properties": {n: {"type": "integer"} for n in names}}
+    texts = [b"{", b'{"', b'{"a', b'{"al', b'{"alp', b'{"alpx', b'{"alpha":1,"', b'{"alpha":1,"b', b'{"alpha":1,"be']
+    sizes = {}
+    for eager in (False, True):
+        if eager:
+            monkeypatch.setattr(automaton, "EAGER_OPTIONS", 10**9)
+        masker = TokenMasker(compile_grammar(schema_to_grammar(schema)), vocab)
+        for text in texts:
+            state = masker.parser.step_bytes(masker.parser.initial, text)
+            assert (masker.mask(state) == reference_mask(masker, token_bytes, state)).all(), (eager, text)
+        sizes[eager] = masker.parser.net.n_states
+    assert sizes[False] < sizes[True]

@@ -9,9 +9,11 @@ nested arrays needs a stack, which parser.py keeps.
     root ::= "a" root? "b"        ->   s0 -a-> s1 -call root-> s2 -b-> end(root)
                                                   \\---eps---/
 
-Characters become UTF-8 byte-range chains (utf8.py). `{m,n}` is expanded into copies, but lazily: past
-EAGER_COPIES optional copies the rest waits at a *pending* state, built (`expand`) when the parser first
-reaches it, so `json-char{0,65535}` (a maxLength) costs what the text uses, not 65,535 copies. Left recursion (`x ::= x "a" | "b"`) would make the stack grow without consuming input; it is
+Characters become UTF-8 byte-range chains (utf8.py). The network is built lazily: each rule waits at
+its start, a *pending* state built (`expand`) when the parser first reaches it; `{m,n}` is expanded into
+copies, but past EAGER_COPIES optional copies the rest waits likewise, so `json-char{0,65535}` (a
+maxLength) costs what the text uses, not 65,535 copies; and an alternation of more than EAGER_OPTIONS
+options builds each option's first item, its rest pending. Left recursion (`x ::= x "a" | "b"`) would make the stack grow without consuming input; it is
 refused at compile time with the rule's name.
 """
 
@@ -37,6 +39,7 @@ from tinyinfer.errors import TinyInferError
 SHORT_RULE = 16  # bytes: a rule whose strings are at most this long is short (Network.is_short)
 KEY_LIMIT = 4000  # characters of rule text beyond which a rule gets no shared name (rule_key)
 EAGER_COPIES = 1  # optional copies of a repetition built at once; the others as the parser reaches them
+EAGER_OPTIONS = 4  # an alternation of more options builds only each one's first item at once
 KEY_STATES = 256  # states reachable within its rule beyond which a state gets no shared name (state_key)
 
 
@@ -190,7 +193,13 @@ def _build(net: Network, expr, start: int, end: int) -> None:
             start = nxt
     elif isinstance(expr, Alt):
         for option in expr.options:
-            _build(net, option, start, end)
+            if len(expr.options) > EAGER_OPTIONS and isinstance(option, Seq) and len(option.items) > 1:
+                nxt = net.new_state()  # one of many options (the key names an object forbids, by letter):
+                _build(net, option.items[0], start, nxt)  # the rest waits until the parser gets into it
+                rest = Seq(option.items[1:]) if len(option.items) > 2 else option.items[1]
+                net.pending[nxt] = net.later[nxt] = (rest, end)
+            else:
+                _build(net, option, start, end)
     elif isinstance(expr, Repeat):
         _build_repeat(net, expr, start, end)
     elif isinstance(expr, Ref):

@@ -148,12 +148,16 @@ def string_not_in(names: list[str], alphabet: CharClass | None = None, min_lengt
     allowed = None if alphabet is None else class_code_points(alphabet)
     tail = Repeat(Ref("json-char") if alphabet is None else json_content(alphabet), 0, None)
 
+    leaving: dict = {}  # (letters excluded, characters still due) -> "another character, then any tail"
+
     def rest(node: dict, depth: int) -> object:
         chars = [ch for ch in node if ch is not None and (allowed is None or _in_ranges(ord(ch), allowed))]
         options = [] if None in node or depth < min_length else [EMPTY]
-        differs = _other_char(normalize_ranges((ord(c), ord(c)) for c in chars), allowed)
-        more = Repeat(tail.item, max(0, min_length - depth - 1), None)
-        options.append(seq(differs, more))
+        key = (tuple(sorted(chars)), max(0, min_length - depth - 1))  # the same at many nodes of the trie
+        if key not in leaving:
+            excluded = normalize_ranges((ord(c), ord(c)) for c in chars)
+            leaving[key] = seq(_other_char(excluded, allowed), Repeat(tail.item, key[1], None))
+        options.append(leaving[key])
         options += [seq(Literal(json_encode_char(ord(ch))), rest(node[ch], depth + 1)) for ch in chars]
         return Alt(tuple(options)) if len(options) > 1 else options[0]  # distinct by their first character
 
