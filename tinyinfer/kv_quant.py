@@ -59,7 +59,8 @@ def kv_bytes_per_number(kv_cache_dtype: str, compute_dtype, head_dim: int) -> fl
 def kv_storage(shape: tuple[int, ...], kv_cache_dtype: str, compute_dtype, xp=np):
     """Zeroed storage for cached keys or values of `shape` [..., head_dim] in the given format."""
     if kv_cache_dtype == "int8":
-        return QuantizedKV(zeros_in_small_pages(shape, np.int8, xp), zeros_in_small_pages((*shape[:-1], 1), compute_dtype, xp))
+        return QuantizedKV(zeros_in_small_pages(shape, np.int8, xp),
+                           zeros_in_small_pages((*shape[:-1], 1), compute_dtype, xp))
     return zeros_in_small_pages(shape, np.float16 if kv_cache_dtype == "float16" else compute_dtype, xp)
 
 

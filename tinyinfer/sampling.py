@@ -537,10 +537,10 @@ def sample_batch(samplers: list[Sampler], logits) -> list[TokenChoice]:
 
     What belongs to a row stays the row's own: its penalties and grammar mask (applied row by row, only where
     set), its temperature, its truncations, and its seeded generator (one `random()` per row, in row order, as
-    alone). What is shared runs once on the stacked rows: the argmax of the greedy rows; the temperature and the
-    softmax's shift and exponential of the sampled rows, whose tokens `draw` then picks row by row. Each is the
-    same arithmetic per element as on one row, so the tokens are identical to the solo runs, not just equal in
-    distribution.
+    alone). What is shared runs once on the stacked rows: the argmax of the greedy rows; the temperature of the
+    sampled rows, and their softmax's shift and exponential a block of rows at a time (`float64_blocks`), whose
+    tokens `draw` then picks row by row. Each is the same arithmetic per element as on one row, so the tokens are
+    identical to the solo runs, not just equal in distribution.
     """
     xp = xp_of(logits)
     picked = [0] * len(samplers)
