@@ -178,7 +178,7 @@ def check_same_tokens(model, workload: list[Request], reference: Served, runs: l
     ties_only = all(margin < tie for margin in margins)
     n_differing = len({i for _, i in differing})
     print(f"same tokens in all {len(runs) + 1} modes: {len(workload) - n_differing} of {len(workload)} requests; "
-          + (f"the other {n_differing} differ only at {tie_name}s (a draw within {tie:g} of a decision boundary)"
+          + (f"the other {n_differing} each differ at {tie_name} (a draw within {tie:g} of a decision boundary)"
              if ties_only else "the others differ at draws far from any decision boundary: a BUG"))
     return ties_only
 
