@@ -32,6 +32,9 @@ from tinyinfer.constrain.parser import DEAD, ByteParser
 from tinyinfer.errors import TinyInferError
 
 
+MAX_BYTE_SETS = 64  # byte sets whose tokens a trie keeps (VocabTrie.spelled_with)
+
+
 class VocabTrie:
     """The vocabulary's byte strings as a trie: node 0 is the empty prefix.
 
@@ -96,6 +99,8 @@ class VocabTrie:
                 closed[level] = inside[level] & closed[self.parent[level]]
             outside = np.flatnonzero(~inside[1:] & closed[self.parent[1:]]) + 1  # [X] nodes 1.. only
             tokens = np.flatnonzero(closed[self.node_of_token] & (self.node_of_token > 0))
+            if len(self._spelled) >= MAX_BYTE_SETS:  # the oldest goes
+                self._spelled.pop(next(iter(self._spelled)))
             hit = self._spelled[loop] = (tokens, outside)
         return hit
 
