@@ -270,7 +270,7 @@ def test_bench_serve_runs_all_modes_and_finds_the_same_tokens(capsys):
     assert "same tokens in all 3 modes: yes" in out or "a float-rounding tie" in out
 
 
-def test_bench_serve_tells_a_rounding_tie_from_a_bug(stories):
+def test_bench_serve_tells_a_rounding_tie_from_a_bug(stories, capsys):
     rng = np.random.default_rng(9)
     workload = bench_workload.make_workload(stories, rng, 4, 100.0, (8, 16), (6, 10), 0.8)
     workload[2].params = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
@@ -280,6 +280,8 @@ def test_bench_serve_tells_a_rounding_tie_from_a_bug(stories):
     prompt = workload[2].prompt_ids + reference.token_ids[2][:3]
     broken.token_ids[2][3] = int(stories.logits(prompt)[-1].argmin())  # greedy would never pick the least likely
     assert not serve.check_same_tokens(stories, workload, reference, [broken])
+    assert "same tokens in all 2 modes: 3 of 4 requests; the others differ at draws far from any decision boundary: a BUG" \
+        in capsys.readouterr().out
 
 
 def test_bench_step_times_each_part_without_disturbing_the_engine(stories, capsys):
