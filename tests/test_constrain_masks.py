@@ -127,3 +127,15 @@ def test_the_key_names_an_object_forbids_are_built_as_the_text_reaches_them(toke
             assert (masker.mask(state) == reference_mask(masker, token_bytes, state)).all(), (eager, text)
         sizes[eager] = masker.parser.net.n_states
     assert sizes[False] < sizes[True]
+
+
+def test_a_number_starts_from_the_tokens_of_its_digits(token_bytes):
+    """Inside a number the parser loops on the digits: the mask starts from every token spelled with digits
+    only (known to the vocabulary) and walks on from the bytes that leave the loop (`,`, `}`, `.`, `e`)."""
+    vocab = Vocabulary(token_bytes, eos_ids=[VOCAB_SIZE])
+    schema = {"type": "object", "properties": {"n": {"type": "number"}, "k": {"type": "integer"}}, "required": ["n"]}
+    masker = TokenMasker(compile_grammar(schema_to_grammar(schema)), vocab)
+    for text in (b'{"n":1', b'{"n":12', b'{"n":-3', b'{"n":1.5', b'{"n":1.5e1', b'{"n":0,"k":7'):
+        state = masker.parser.step_bytes(masker.parser.initial, text)
+        assert (masker.mask(state) == reference_mask(masker, token_bytes, state)).all(), text
+    assert b"0123456789" in vocab.trie._spelled  # the digits' tokens were used

@@ -261,6 +261,18 @@ def test_grading_refuses_tests_that_import_another_tinyinfer(toy_project, tmp_pa
         grade_workspace(workspace, find_exercises(workspace)[:1])
 
 
+def test_a_test_file_that_cannot_be_imported_is_named_not_skipped(toy_project, tmp_path):
+    """pytest goes on past a file that fails to import; the grade must say so, and the proof must refuse."""
+    (toy_project / "tests" / "test_broken.py").write_text(
+        "import pytest\nraise RuntimeError('broken at import')\n\n@pytest.mark.exercise('1.1')\ndef test_never():\n    pass\n")
+    workspace = start_workspace(toy_project, tmp_path / "ws", [])
+    grade = grade_workspace(workspace, select_exercises(find_exercises(workspace), ids=["1.1"]))
+    assert grade.uncollected == ["tests/test_broken.py"] and grade.results[0].verdict == "passed"  # the others still ran
+    assert "not graded, the file could not be imported (pytest's error is above): tests/test_broken.py" in grade.table()
+    with pytest.raises(TinyInferError, match="test_broken.py could not be imported in the reference workspace"):
+        verify_exercises(toy_project, tmp_path / "verify")
+
+
 def test_workspace_must_be_new_and_outside_the_project(toy_project, tmp_path):
     (tmp_path / "used").mkdir()
     (tmp_path / "used" / "notes.txt").write_text("mine")

@@ -32,6 +32,9 @@ from tinyinfer.constrain.parser import DEAD, ByteParser
 from tinyinfer.errors import TinyInferError
 
 
+MAX_BYTE_SETS = 64  # byte sets whose tokens a trie keeps (VocabTrie.spelled_with)
+
+
 class VocabTrie:
     """The vocabulary's byte strings as a trie: node 0 is the empty prefix.
 
@@ -74,11 +77,32 @@ class VocabTrie:
         self._token_at = [-1] * self.n_nodes  # node -> the token whose bytes end there (-1: none)
         self._more_tokens: dict[int, list[int]] = {}  # node -> further tokens with the same bytes (rare)
         self._children: dict[int, dict[int, int]] = {}  # node -> children_of(node)
+        self._spelled: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}  # byte set -> spelled_with(set)
         for token_id, node in enumerate(self.node_of_token.tolist()):
             if node and self._token_at[node] >= 0:
                 self._more_tokens.setdefault(node, []).append(token_id)
             elif node:
                 self._token_at[node] = token_id
+
+    def spelled_with(self, loop: bytes) -> tuple[np.ndarray, np.ndarray]:
+        """For a set of bytes: the tokens spelled with those bytes only, and the nodes one byte outside them
+        (children, by another byte, of the root or of a node spelled with them). Memoized per set."""
+        hit = self._spelled.get(loop)
+        if hit is None:
+            member = np.zeros(256, dtype=bool)  # [256]
+            member[list(loop)] = True
+            inside = member[self.edge_byte]  # [n_nodes] the node's own byte is in the set
+            inside[0] = True
+            closed = np.zeros(self.n_nodes, dtype=bool)  # [n_nodes] every byte from the root is in the set
+            closed[0] = True
+            for level in self.levels[1:]:
+                closed[level] = inside[level] & closed[self.parent[level]]
+            outside = np.flatnonzero(~inside[1:] & closed[self.parent[1:]]) + 1  # [X] nodes 1.. only
+            tokens = np.flatnonzero(closed[self.node_of_token] & (self.node_of_token > 0))
+            if len(self._spelled) >= MAX_BYTE_SETS:  # the oldest goes
+                self._spelled.pop(next(iter(self._spelled)))
+            hit = self._spelled[loop] = (tokens, outside)
+        return hit
 
     def children_of(self, node: int) -> dict[int, int]:
         """byte -> child node, for a node with many children (memoized)."""
@@ -138,6 +162,7 @@ class Vocabulary:
 
 SPARSE_LIMIT = 2048  # live trie nodes a plain-Python walk follows before the NumPy walk takes over
 MANY_BYTES = 64  # a state taking more first bytes than this (a string body) goes straight to the NumPy walk
+LOOP_BYTES = 8  # a state looping on this many bytes (a number's digits) starts from the tokens of those bytes
 FEW_CHILDREN = 16  # up to this many children a trie node steps the parser per child byte
 TABLE_AFTER = 16  # a parser state stepped this often without its table of 256 transitions gets one
 
@@ -161,20 +186,47 @@ class TokenMasker:
         """Allowed tokens after reaching parser `state` (EOS exactly when the grammar may end)."""
         cached = self._mask_cache.get(state)
         if cached is None:
-            nodes = None
-            if len(self.parser.next_bytes(state)) <= MANY_BYTES:  # a few first bytes: likely a few tokens
-                nodes = self._walk_sparse([(0, state)], self.sparse_limit)
-            if nodes is None:  # the view's walk (shared), then its escapes finished with the full state
-                local, escapes = self._local_walk(self.parser.local_view(state))
-                starts = [(n, s) for n, prefix in escapes if (s := self.parser.step_bytes(state, prefix)) != DEAD]
-                cached = local | self._tokens_below(starts)  # [vocab]
-            else:
-                cached = np.zeros(self.vocab_size, dtype=bool)  # [vocab]
-                cached[self.trie.tokens_at(nodes)] = True
+            cached = self._tokens_after(state)
             if self.parser.accepts(state):
                 cached[self.eos_ids] = True
             self._mask_cache[state] = cached
         return cached.copy()
+
+    def _tokens_after(self, state: int) -> np.ndarray:
+        """bool [vocab]: the tokens allowed after `state` (EOS aside), by the cheapest exact walk for it."""
+        first_bytes = len(self.parser.next_bytes(state))
+        if first_bytes > MANY_BYTES:  # a string body
+            return self._view_mask(state)
+        loop = self._self_loop(state) if first_bytes >= LOOP_BYTES else b""
+        if len(loop) >= LOOP_BYTES:  # a number's digits
+            return self._loop_mask(state, loop)
+        nodes = self._walk_sparse([(0, state)], self.sparse_limit)  # a few first bytes: likely a few tokens
+        if nodes is None:
+            return self._view_mask(state)
+        tokens = np.zeros(self.vocab_size, dtype=bool)  # [vocab]
+        tokens[self.trie.tokens_at(nodes)] = True
+        return tokens
+
+    def _view_mask(self, state: int) -> np.ndarray:
+        """bool [vocab]: the walk of the state's local view (shared), its escapes finished with the state."""
+        local, escapes = self._local_walk(self.parser.local_view(state))
+        starts = [(n, s) for n, prefix in escapes if (s := self.parser.step_bytes(state, prefix)) != DEAD]
+        return local | self._tokens_below(starts)  # [vocab]
+
+    def _self_loop(self, state: int) -> bytes:
+        """The bytes that lead from `state` back to itself (a digit inside a number's digits)."""
+        return bytes(b for b, nxt in enumerate(self._byte_table(state)) if nxt == state)
+
+    def _loop_mask(self, state: int, loop: bytes) -> np.ndarray:
+        """bool [vocab] after a state that loops on the bytes `loop`: every token spelled with them stays in
+        the state (the vocabulary knows those, `spelled_with`); the walk goes on from the nodes one byte
+        outside, each stepped from the state."""
+        tokens, outside = self.trie.spelled_with(loop)
+        following, _ = self._step_many(np.full(outside.size, state), self.trie.edge_byte[outside])  # [X]
+        live = following != DEAD
+        allowed = self._tokens_below(list(zip(outside[live].tolist(), following[live].tolist())))
+        allowed[tokens] = True
+        return allowed
 
     def _tokens_below(self, starts: list[tuple[int, int]]) -> np.ndarray:
         """bool [vocab]: the tokens at or below trie nodes reached alive, each in its parser state."""

@@ -65,6 +65,7 @@ class Grade:
     results: list[ExerciseResult]
     output: str  # what pytest printed
     exitstatus: int
+    uncollected: list[str]  # test files that could not be imported (their tests are missing from `results`)
 
     @property
     def all_passed(self) -> bool:
@@ -79,6 +80,8 @@ class Grade:
             lines.append(f"{r.exercise.id:<9} {r.exercise.title:<{width}}  {result:<30} {needs}")
         if any(r.unwritten for r in self.results):
             lines.append("° not written in this workspace yet: graded with the reference solution in its place")
+        if self.uncollected:
+            lines.append(f"not graded, the file could not be imported (pytest's error is above): {', '.join(self.uncollected)}")
         score = sum(r.passed for r in self.results)
         lines.append(f"score: {score}/{len(self.results)} exercises passed")
         return "\n".join(lines)
@@ -140,7 +143,7 @@ def grade_workspace(workspace: Path, exercises: list[Exercise], targets: list[st
             if exercise_id in results:
                 results[exercise_id].outcomes[nodeid] = test["outcome"]
                 results[exercise_id].ran |= set(test.get("ran", [])) - {exercise_id}
-    return Grade(list(results.values()), output, report["exitstatus"])
+    return Grade(list(results.values()), output, report["exitstatus"], report.get("uncollected", []))
 
 
 # --- grading one exercise at a time ----------------------------------------------------------------------
@@ -203,13 +206,14 @@ def grade_alone(workspace: Path, exercises: list[Exercise], reference_root: Path
     references = reference_bodies(reference_root, everything)
     unwritten = {e.id for e in everything if is_unwritten(workspace, e)}
     final: dict[str, ExerciseResult] = {}
-    pending, outputs, status = list(exercises), [], 0
+    pending, outputs, status, uncollected = list(exercises), [], 0, set()
     while pending:
         if echo:
             print(f"-- grading {' '.join(e.id for e in pending)} with the reference solution of every other exercise", flush=True)
         grade = grade_isolated(workspace, pending, references, echo)
         outputs.append(grade.output)
         status = max(status, grade.exitstatus)
+        uncollected |= set(grade.uncollected)
         failing = {r.exercise.id for r in grade.results if not r.passed}
         retry = [r for r in grade.results if r.exercise.id in failing and r.exercise.id not in unwritten
                  and r.ran & (failing - {r.exercise.id})]  # it may have failed in another one's code
@@ -224,4 +228,4 @@ def grade_alone(workspace: Path, exercises: list[Exercise], reference_root: Path
     for r in results:
         r.ran |= set(needs.get(r.exercise.id, []))
         r.unwritten = r.ran & unwritten
-    return Grade(results, "".join(outputs), status)
+    return Grade(results, "".join(outputs), status, sorted(uncollected))

@@ -58,6 +58,7 @@ class OutcomeRecorder:
 
     def __init__(self):
         self.tests: dict[str, dict] = {}  # nodeid -> {"exercises": [...], "outcome": ...}
+        self.uncollected: list[str] = []  # test files that could not be imported
 
     @pytest.hookimpl(trylast=True)  # after the selection above
     def pytest_collection_modifyitems(self, items) -> None:
@@ -73,6 +74,10 @@ class OutcomeRecorder:
         ran = probe.stop()
         if item.nodeid in self.tests:
             self.tests[item.nodeid]["ran"] = sorted(ran)
+
+    def pytest_collectreport(self, report) -> None:
+        if report.failed:
+            self.uncollected.append(report.nodeid)
 
     def pytest_runtest_logreport(self, report) -> None:
         entry = self.tests.get(report.nodeid)
@@ -93,6 +98,7 @@ class OutcomeRecorder:
             "tinyinfer_file": getattr(sys.modules.get("tinyinfer"), "__file__", None),
             "exitstatus": int(exitstatus),
             "tests": self.tests,
+            "uncollected": self.uncollected,
         }
         with open(path, "w", encoding="utf-8") as f:
             json.dump(report, f, indent=1)

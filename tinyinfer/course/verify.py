@@ -24,6 +24,7 @@ from tqdm import tqdm
 from tinyinfer.course.exercises import PREREQUISITES, find_exercises, parse_id
 from tinyinfer.course.grading import ExerciseResult, grade_isolated, grade_workspace
 from tinyinfer.course.workspace import start_workspace
+from tinyinfer.errors import TinyInferError
 
 MIN_TESTS = 3
 
@@ -71,7 +72,11 @@ def reference_checks(root: Path, workdir: Path) -> list[Check]:
     if not exercises:
         return []
     reference = start_workspace(root, Path(workdir) / "reference", [])
-    return [Check(r) for r in grade_isolated(reference, exercises, references={}).results]
+    grade = grade_isolated(reference, exercises, references={})
+    if grade.uncollected:  # their tests would silently count as missing, and their prerequisites as none
+        raise TinyInferError(f"test file(s) {', '.join(grade.uncollected)} could not be imported in the reference workspace "
+                             f"(a test file must not fail when imported from a workspace); pytest printed:\n{grade.output[-3000:]}")
+    return [Check(r) for r in grade.results]
 
 
 def prerequisites(checks: list[Check]) -> dict[str, list[str]]:
