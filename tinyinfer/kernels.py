@@ -41,7 +41,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tinyinfer.backend import is_array
 from tinyinfer.attention import decode_attention
 from tinyinfer.errors import TinyInferError
 from tinyinfer.mlp import ACTIVATIONS, linear, swiglu
@@ -109,7 +108,7 @@ def choose_ops(kernels: str, xp, capturable: bool = False) -> ElementwiseOps:
     if kernels == "plain" and not capturable:
         return PLAIN_OPS
     raw_kernels = hasattr(xp, "RawKernel")  # CuPy compiles CUDA C; NumPy (and the tests' stand-in) keep array code
-    project = functools.partial(linear_through, decode_matmul(xp) if raw_kernels else broadcast_matmul) \
+    project = functools.partial(linear, product=decode_matmul(xp) if raw_kernels else broadcast_matmul) \
         if capturable else linear
     norm, rope, silu_mul = apply_norm, apply_partial_rope, None
     if kernels == "fused":
@@ -143,16 +142,6 @@ def _fused_steps(k: Kernels):
         return out
 
     return norm, rope, k.silu_mul
-
-
-def linear_through(matmul, x, params: dict, name: str):
-    """mlp.linear with its product through `matmul`: x @ w (+ bias).  [T, d_in] -> [T, d_out]"""
-    w = params[name]
-    if not is_array(w):  # a quantised or LoRA-wrapped weight: its own product (not capturable)
-        raise TinyInferError(f"the weight {name!r} is a {type(w).__name__}: a CUDA graph captures plain weights only")
-    y = matmul(x, w)
-    bias = params.get(f"{name}_bias")
-    return y if bias is None else y + bias
 
 
 def broadcast_matmul(a, b):

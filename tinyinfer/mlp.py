@@ -88,10 +88,11 @@ def matmul(x, w):
     return x @ w  # [T, d_in] -> [T, d_out]
 
 
-def linear(x, params: dict, name: str):
+def linear(x, params: dict, name: str, product=matmul):
     """The linear layer `name` of a parameter dict: x @ w, plus its bias where the checkpoint has one.
-    Attention's projections (tinyinfer/model.py) use it too."""
-    y = matmul(x, params[name])  # [T, d_in] -> [T, d_out]
+    Attention's projections (tinyinfer/model.py) use it too. `product`: the matrix product (a CUDA graph's
+    capturable one: tinyinfer/kernels.py)."""
+    y = product(x, params[name])  # [T, d_in] -> [T, d_out]
     bias = params.get(f"{name}_bias")
     return y if bias is None else y + bias
 
