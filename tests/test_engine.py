@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 
 import numpy as np
 import pytest
@@ -268,6 +269,8 @@ def test_bench_serve_runs_all_modes_and_finds_the_same_tokens(capsys):
                  "shared prefix of 40 tokens"):
         assert line in out
     assert "same tokens in all 3 modes: yes" in out or "a float-rounding tie" in out
+    held, least = map(float, re.search(r"held / live tokens need = ([\d.]+) \(blocks of 8 hold at least ([\d.]+)", out).groups())
+    assert 1.0 < least <= held <= least + 0.0005  # random prompts share no block: the allocator holds no spare block
 
 
 def test_bench_serve_tells_a_rounding_tie_from_a_bug(stories, capsys):

@@ -72,6 +72,7 @@ class StepRecord:
     num_tokens: int  # tokens through the model
     blocks_held: int  # blocks held by running sequences (a shared block counted once)
     live_tokens: int  # tokens whose K/V the running sequences hold (a shared prefix counted once per sequence)
+    blocks_needed: int  # the least blocks those tokens fit in, each sequence's last block part-filled (no sharing)
 
 
 @dataclass
@@ -304,7 +305,8 @@ class LLM:
     def _log(self, batch) -> None:
         running = self.scheduler.running
         self.step_log.append(StepRecord(time.perf_counter(), len(batch.sequences), batch.num_tokens,
-                                        self.scheduler.allocator.num_used, sum(s.num_computed for s in running)))
+                                        self.scheduler.allocator.num_used, sum(s.num_computed for s in running),
+                                        sum(self.scheduler.blocks_for(s.num_computed) for s in running)))
 
 
 def _constraints_per_prompt(constraint, n_prompts: int) -> list:
