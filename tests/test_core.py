@@ -133,15 +133,16 @@ def test_a_few_rows_multiply_row_by_row_exactly_as_one_row_would():
     from tinyinfer.mlp import ROW_BY_ROW_MAX, matmul
     rng = np.random.default_rng(6)
     w = rng.normal(size=(96, 160)).astype(np.float32)
-    for T in range(1, ROW_BY_ROW_MAX + 3):
-        x = rng.normal(size=(T, 96)).astype(np.float32)
-        y = matmul(x, w)  # [T, 96] @ [96, 160] -> [T, 160]
-        assert y.shape == (T, 160) and y.dtype == np.float32
-        bound = 96 * np.finfo(np.float32).eps * (np.abs(x) @ np.abs(w))  # a float32 sum of 96 products, any order
-        assert np.all(np.abs(y - x.astype(np.float64) @ w) <= bound)
-        if T <= ROW_BY_ROW_MAX:
-            for i in range(T):
-                np.testing.assert_array_equal(y[i], (x[i:i + 1] @ w)[0])
+    for layout in (w, np.asfortranarray(w)):  # row-major, and column-major (a tall weight as stored)
+        for T in range(1, ROW_BY_ROW_MAX + 3):
+            x = rng.normal(size=(T, 96)).astype(np.float32)
+            y = matmul(x, layout)  # [T, 96] @ [96, 160] -> [T, 160]
+            assert y.shape == (T, 160) and y.dtype == np.float32 and y.flags.c_contiguous
+            bound = 96 * np.finfo(np.float32).eps * (np.abs(x) @ np.abs(w))  # a float32 sum of 96 products, any order
+            assert np.all(np.abs(y - x.astype(np.float64) @ w) <= bound)
+            if T <= ROW_BY_ROW_MAX:
+                for i in range(T):
+                    np.testing.assert_array_equal(y[i], (x[i:i + 1] @ layout)[0])
 
     class Weight:  # a weight object of its own (quantised, LoRA-routed) keeps its own product
         __array_ufunc__ = None

@@ -44,6 +44,7 @@ from tinyinfer.bench.prompts import random_prompt
 from tinyinfer.commands import at_least
 from tinyinfer.engine import LLM
 from tinyinfer.errors import TinyInferError
+from tinyinfer.mlp import matmul
 from tinyinfer.model import SeqChunk
 from tinyinfer.param_tree import leaves
 from tinyinfer.sampling import Sampler, SamplingParams, sample_batch
@@ -155,12 +156,13 @@ def time_parts(model, llm: LLM, repeats: int) -> tuple[dict[str, float], dict[st
 
 def weight_products(model, rows: int):
     """A function doing the products of a decode step of `rows` sequences: x @ w for every weight matrix of
-    every layer, and the LM head, with x random of the shape the forward pass gives it."""
+    every layer, and the LM head, with x random of the shape the forward pass gives it, each product as the
+    forward pass computes it (`matmul`)."""
     rng = np.random.default_rng(0)
     xp = model.xp
     weights = [w for w in leaves(model.params["layers"]) if w.ndim == 2] + [model.params["lm_head"]]
     inputs = [xp.asarray(rng.standard_normal((rows, w.shape[0])).astype(model.dtype)) for w in weights]
-    return lambda: [x @ w for x, w in zip(inputs, weights)]
+    return lambda: [matmul(x, w) for x, w in zip(inputs, weights)]
 
 
 def decode_attention_of(model, llm: LLM, chunks: list[SeqChunk]):
