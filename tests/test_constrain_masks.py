@@ -131,11 +131,37 @@ def test_the_key_names_an_object_forbids_are_built_as_the_text_reaches_them(toke
 
 def test_a_number_starts_from_the_tokens_of_its_digits(token_bytes):
     """Inside a number the parser loops on the digits: the mask starts from every token spelled with digits
-    only (known to the vocabulary) and walks on from the bytes that leave the loop (`,`, `}`, `.`, `e`)."""
+    only (known to the vocabulary) and walks on from the bytes that leave the loop (`,`, `}`, `.`, `e`).
+    Where a number starts, `1`..`9` lead into that loop: the tokens of a nonzero digit, then digits."""
     vocab = Vocabulary(token_bytes, eos_ids=[VOCAB_SIZE])
     schema = {"type": "object", "properties": {"n": {"type": "number"}, "k": {"type": "integer"}}, "required": ["n"]}
     masker = TokenMasker(compile_grammar(schema_to_grammar(schema)), vocab)
-    for text in (b'{"n":1', b'{"n":12', b'{"n":-3', b'{"n":1.5', b'{"n":1.5e1', b'{"n":0,"k":7'):
+    for text in (b'{"n":', b'{"n":1', b'{"n":12', b'{"n":-', b'{"n":-3', b'{"n":1.', b'{"n":1.5', b'{"n":1.5e1',
+                 b'{"n":0,"k":', b'{"n":0,"k":7'):
         state = masker.parser.step_bytes(masker.parser.initial, text)
         assert (masker.mask(state) == reference_mask(masker, token_bytes, state)).all(), text
-    assert b"0123456789" in vocab.trie._spelled  # the digits' tokens were used
+    digits = b"0123456789"
+    assert {(digits, digits), (digits[1:], digits)} <= vocab.trie._spelled.keys()  # inside, and at the start
+
+
+def test_a_string_view_starts_from_the_tokens_of_its_characters(token_bytes):
+    """A string's local view loops on its plain characters: its walk takes every token spelled with them at
+    once and walks on only from the bytes that leave the loop (an escape, a quote, a UTF-8 lead byte).
+    Exact, with or without the shortcut (LOOP_BYTES beyond any byte set turns it off)."""
+    import tinyinfer.constrain.mask as mask_module
+
+    schema = {"type": "object", "properties": {"s": {"type": "string"}, "t": {"type": "string", "maxLength": 3}}}
+    texts = (b'{"s":"', b'{"s":"ab', b'{"s":"\\', b'{"s":"\\u00', b'{"s":"x","t":"', b'{"s":"x","t":"ab')
+    for loop_bytes in (mask_module.LOOP_BYTES, 257):
+        mask_module.LOOP_BYTES, saved = loop_bytes, mask_module.LOOP_BYTES
+        try:
+            vocab = Vocabulary(token_bytes, eos_ids=[VOCAB_SIZE])
+            masker = TokenMasker(compile_grammar(schema_to_grammar(schema)), vocab)
+            masker.sparse_limit = 0
+            for text in texts:
+                state = masker.parser.step_bytes(masker.parser.initial, text)
+                assert (masker.mask(state) == reference_mask(masker, token_bytes, state)).all(), text
+        finally:
+            mask_module.LOOP_BYTES = saved
+        used = any(len(loop) > 64 for _, loop in vocab.trie._spelled)  # a string's characters
+        assert used == (loop_bytes <= 256), loop_bytes

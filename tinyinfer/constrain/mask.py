@@ -32,7 +32,7 @@ from tinyinfer.constrain.parser import DEAD, ByteParser
 from tinyinfer.errors import TinyInferError
 
 
-MAX_BYTE_SETS = 64  # byte sets whose tokens a trie keeps (VocabTrie.spelled_with)
+MAX_BYTE_SETS = 64  # pairs of byte sets whose tokens a trie keeps (VocabTrie.spelled_with)
 
 
 class VocabTrie:
@@ -77,31 +77,45 @@ class VocabTrie:
         self._token_at = [-1] * self.n_nodes  # node -> the token whose bytes end there (-1: none)
         self._more_tokens: dict[int, list[int]] = {}  # node -> further tokens with the same bytes (rare)
         self._children: dict[int, dict[int, int]] = {}  # node -> children_of(node)
-        self._spelled: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}  # byte set -> spelled_with(set)
+        self._spelled: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}  # (first, loop) -> spelled_with(...)
         for token_id, node in enumerate(self.node_of_token.tolist()):
             if node and self._token_at[node] >= 0:
                 self._more_tokens.setdefault(node, []).append(token_id)
             elif node:
                 self._token_at[node] = token_id
 
-    def spelled_with(self, loop: bytes) -> tuple[np.ndarray, np.ndarray]:
-        """For a set of bytes: the tokens spelled with those bytes only, and the nodes one byte outside them
-        (children, by another byte, of the root or of a node spelled with them). Memoized per set."""
-        hit = self._spelled.get(loop)
+    def spelled_with(self, loop: bytes, first: bytes | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """For a set of bytes `loop`: the tokens spelled with those bytes only, and the nodes one byte outside
+        them (children, by another byte, of the root or of a node spelled with them). With `first`: the
+        tokens whose first byte is in `first` and every later byte in `loop` (`1` then digits), and the nodes
+        one byte outside those below the root's children. Memoized per pair of sets.
+
+        >>> trie = VocabTrie([b"1", b"12", b"0", b"1x", b"x"], excluded=set())
+        >>> tokens, outside = trie.spelled_with(b"0123456789", first=b"123456789")
+        >>> tokens.tolist(), [trie.prefix(n) for n in outside]
+        ([0, 1], [b'1x'])
+        """
+        hit = self._spelled.get((first, loop))
         if hit is None:
             member = np.zeros(256, dtype=bool)  # [256]
             member[list(loop)] = True
             inside = member[self.edge_byte]  # [n_nodes] the node's own byte is in the set
+            if first is not None:
+                starts = np.zeros(256, dtype=bool)  # [256]
+                starts[list(first)] = True
+                inside[self.levels[1]] = starts[self.edge_byte[self.levels[1]]]  # the first byte: in `first`
             inside[0] = True
             closed = np.zeros(self.n_nodes, dtype=bool)  # [n_nodes] every byte from the root is in the set
             closed[0] = True
             for level in self.levels[1:]:
                 closed[level] = inside[level] & closed[self.parent[level]]
             outside = np.flatnonzero(~inside[1:] & closed[self.parent[1:]]) + 1  # [X] nodes 1.. only
+            if first is not None:
+                outside = outside[self.depth[outside] >= 2]  # the root's other children are not one byte out
             tokens = np.flatnonzero(closed[self.node_of_token] & (self.node_of_token > 0))
             if len(self._spelled) >= MAX_BYTE_SETS:  # the oldest goes
                 self._spelled.pop(next(iter(self._spelled)))
-            hit = self._spelled[loop] = (tokens, outside)
+            hit = self._spelled[(first, loop)] = (tokens, outside)
         return hit
 
     def children_of(self, node: int) -> dict[int, int]:
@@ -197,9 +211,12 @@ class TokenMasker:
         first_bytes = len(self.parser.next_bytes(state))
         if first_bytes > MANY_BYTES:  # a string body
             return self._view_mask(state)
-        loop = self._self_loop(state) if first_bytes >= LOOP_BYTES else b""
-        if len(loop) >= LOOP_BYTES:  # a number's digits
-            return self._loop_mask(state, loop)
+        start = self._loop_start(state) if first_bytes >= LOOP_BYTES else None
+        if start is not None:  # a number, or its digits
+            tokens, starts = start
+            allowed = self._tokens_below(list(zip(*(column.tolist() for column in starts))))
+            allowed[tokens] = True
+            return allowed
         nodes = self._walk_sparse([(0, state)], self.sparse_limit)  # a few first bytes: likely a few tokens
         if nodes is None:
             return self._view_mask(state)
@@ -217,16 +234,39 @@ class TokenMasker:
         """The bytes that lead from `state` back to itself (a digit inside a number's digits)."""
         return bytes(b for b, nxt in enumerate(self._byte_table(state)) if nxt == state)
 
-    def _loop_mask(self, state: int, loop: bytes) -> np.ndarray:
-        """bool [vocab] after a state that loops on the bytes `loop`: every token spelled with them stays in
-        the state (the vocabulary knows those, `spelled_with`); the walk goes on from the nodes one byte
-        outside, each stepped from the state."""
-        tokens, outside = self.trie.spelled_with(loop)
-        following, _ = self._step_many(np.full(outside.size, state), self.trie.edge_byte[outside])  # [X]
-        live = following != DEAD
-        allowed = self._tokens_below(list(zip(outside[live].tolist(), following[live].tolist())))
-        allowed[tokens] = True
-        return allowed
+    def _loop_start(self, state: int) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]] | None:
+        """A walk from the trie's root in `state` that takes loops whole, or None where no first byte leads
+        to a loop: (tokens allowed for sure [K], (nodes [F], their states [F]) to walk on from).
+
+        The first bytes are grouped by the state each leads to. Where several lead to a state that loops on
+        LOOP_BYTES bytes or more (the digits after a number's first digit, the characters of a string; a
+        lone byte, a key's first letter, is not worth building its state's 256 steps), every token spelled
+        with a byte of the group and then loop bytes only ends in it, alive: the vocabulary knows those
+        tokens (`spelled_with`), and the walk goes on from the nodes one byte outside them, stepped from the
+        loop's state. Other groups start at the root's children. An escaped loop state (a local view's
+        string closed) is no shortcut: its tokens are walked like the others."""
+        table, groups = self._byte_table(state), {}
+        for byte in self.parser.next_bytes(state):
+            groups.setdefault(table[byte], bytearray()).append(byte)
+        tokens, nodes, states, looped = [], [], [], False
+        for nxt, group in groups.items():
+            loop = b"" if nxt == DEAD or len(group) < 2 or self.parser.escaped(nxt) else self._self_loop(nxt)
+            if len(loop) >= LOOP_BYTES:
+                spelled, outside = self.trie.spelled_with(loop, bytes(group))
+                following, _ = self._step_many(np.full(outside.size, nxt), self.trie.edge_byte[outside])  # [X]
+                live = following != DEAD
+                tokens.append(spelled)
+                nodes.append(outside[live])
+                states.append(following[live])
+                looped = True
+            elif nxt != DEAD:
+                kids = self.trie.children_of(0)
+                first = [kids[b] for b in group if b in kids]
+                nodes.append(np.array(first, dtype=np.int64))
+                states.append(np.full(len(first), nxt, dtype=np.int64))
+        if not looped:
+            return None
+        return np.concatenate(tokens), (np.concatenate(nodes), np.concatenate(states))
 
     def _tokens_below(self, starts: list[tuple[int, int]]) -> np.ndarray:
         """bool [vocab]: the tokens at or below trie nodes reached alive, each in its parser state."""
@@ -240,10 +280,11 @@ class TokenMasker:
         tokens[self.trie.tokens_at(nodes + [n for n, _ in starts])] = True
         return tokens
 
-    def _walk_sparse(self, starts: list[tuple[int, int]], limit: int) -> list[int] | None:
+    def _walk_sparse(self, starts: list[tuple[int, int]], limit: int, escapes: list | None = None) -> list[int] | None:
         """The trie nodes below `starts` (node, parser state) whose prefix keeps the parser alive, depth first
         in plain Python, or None as soon as more than `limit` are: most states allow a handful of tokens (a
-        key's next letters, `":"`, a digit), where a loop over the few live nodes beats NumPy's per-call cost."""
+        key's next letters, `":"`, a digit), where a loop over the few live nodes beats NumPy's per-call cost.
+        With `escapes`, nodes whose state is escaped are appended there instead (as in `_walk`)."""
         start, byte, child = self.trie.child_start_list, self.trie.child_byte_bytes, self.trie.child_node_list
         allowed, stack = [], list(starts)
         while stack:
@@ -262,7 +303,11 @@ class TokenMasker:
                 if visits == TABLE_AFTER:
                     self._byte_table(at)
             for kid, nxt in steps:
-                if nxt != DEAD:
+                if nxt == DEAD:
+                    continue
+                if escapes is not None and self.parser.escaped(nxt):
+                    escapes.append(kid)
+                else:
                     allowed.append(kid)
                     stack.append((kid, nxt))
             if len(allowed) > limit:
@@ -287,11 +332,28 @@ class TokenMasker:
             if local is None:
                 node_ok = np.zeros(self.trie.n_nodes, dtype=bool)  # [n_nodes]
                 escapes: list[np.ndarray] = []
-                if view != DEAD:
+                start = self._loop_start(view) if view != DEAD else None
+                if start is not None:  # a string's characters: the tokens spelled with them, then the rest
+                    spelled, (nodes, states) = start
+                    escaped = np.array([self.parser.escaped(s) for s in states.tolist()], dtype=bool)  # [F]
+                    escapes.append(nodes[escaped])
+                    nodes, states = nodes[~escaped], states[~escaped]
+                    node_ok[nodes] = True
+                    found: list[int] = []  # the frontier's subtrees are small (tokens that leave the loop)
+                    below = self._walk_sparse(list(zip(nodes.tolist(), states.tolist())), self.sparse_limit, found)
+                    if below is None:
+                        below = self._walk(nodes, states, escapes)
+                    else:
+                        escapes.append(np.array(found, dtype=np.int64))
+                    node_ok[below] = True
+                elif view != DEAD:
                     node_ok[self._walk(np.array([0]), np.array([view]), escapes)] = True
                 node_ok[0] = False
                 nodes = np.concatenate(escapes).tolist() if escapes else []
-                local = (node_ok[self.trie.node_of_token], [(n, self.trie.prefix(n)) for n in nodes])
+                allowed = node_ok[self.trie.node_of_token]  # [n_nodes] -> [vocab]
+                if start is not None:
+                    allowed[start[0]] = True
+                local = (allowed, [(n, self.trie.prefix(n)) for n in nodes])
                 if key is not None:
                     self.vocab.remember_walk(key, local)
             self._local_cache[view] = local
