@@ -84,34 +84,29 @@ class VocabTrie:
             elif node:
                 self._token_at[node] = token_id
 
-    def spelled_with(self, loop: bytes, first: bytes | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """For a set of bytes `loop`: the tokens spelled with those bytes only, and the nodes one byte outside
-        them (children, by another byte, of the root or of a node spelled with them). With `first`: the
-        tokens whose first byte is in `first` and every later byte in `loop` (`1` then digits), and the nodes
-        one byte outside those below the root's children. Memoized per pair of sets.
+    def spelled_with(self, first: bytes, loop: bytes) -> tuple[np.ndarray, np.ndarray]:
+        """For two sets of bytes: the tokens whose first byte is in `first` and every later byte in `loop`
+        (`1`..`9`, then digits), and the nodes one byte outside them (children, by a byte not in `loop`, of
+        a node spelled so). Memoized per pair of sets.
 
         >>> trie = VocabTrie([b"1", b"12", b"0", b"1x", b"x"], excluded=set())
-        >>> tokens, outside = trie.spelled_with(b"0123456789", first=b"123456789")
+        >>> tokens, outside = trie.spelled_with(b"123456789", b"0123456789")
         >>> tokens.tolist(), [trie.prefix(n) for n in outside]
         ([0, 1], [b'1x'])
         """
         hit = self._spelled.get((first, loop))
         if hit is None:
-            member = np.zeros(256, dtype=bool)  # [256]
-            member[list(loop)] = True
-            inside = member[self.edge_byte]  # [n_nodes] the node's own byte is in the set
-            if first is not None:
-                starts = np.zeros(256, dtype=bool)  # [256]
-                starts[list(first)] = True
-                inside[self.levels[1]] = starts[self.edge_byte[self.levels[1]]]  # the first byte: in `first`
-            inside[0] = True
-            closed = np.zeros(self.n_nodes, dtype=bool)  # [n_nodes] every byte from the root is in the set
+            member, starts = np.zeros(256, dtype=bool), np.zeros(256, dtype=bool)  # [256], [256]
+            member[list(loop)], starts[list(first)] = True, True
+            inside = member[self.edge_byte]  # [n_nodes] the node's own byte is in `loop`
+            for level in self.levels[1:2]:  # the first byte: in `first` (no level 1 in a vocabulary of no bytes)
+                inside[level] = starts[self.edge_byte[level]]
+            closed = np.zeros(self.n_nodes, dtype=bool)  # [n_nodes] every byte from the root is in its set
             closed[0] = True
             for level in self.levels[1:]:
                 closed[level] = inside[level] & closed[self.parent[level]]
-            outside = np.flatnonzero(~inside[1:] & closed[self.parent[1:]]) + 1  # [X] nodes 1.. only
-            if first is not None:
-                outside = outside[self.depth[outside] >= 2]  # the root's other children are not one byte out
+            below = np.flatnonzero(closed[self.parent] & (self.depth >= 2))  # [X'] the root's children aside
+            outside = below[~inside[below]]  # [X]
             tokens = np.flatnonzero(closed[self.node_of_token] & (self.node_of_token > 0))
             if len(self._spelled) >= MAX_BYTE_SETS:  # the oldest goes
                 self._spelled.pop(next(iter(self._spelled)))
@@ -252,7 +247,7 @@ class TokenMasker:
         for nxt, group in groups.items():
             loop = b"" if nxt == DEAD or len(group) < 2 or self.parser.escaped(nxt) else self._self_loop(nxt)
             if len(loop) >= LOOP_BYTES:
-                spelled, outside = self.trie.spelled_with(loop, bytes(group))
+                spelled, outside = self.trie.spelled_with(bytes(group), loop)
                 following, _ = self._step_many(np.full(outside.size, nxt), self.trie.edge_byte[outside])  # [X]
                 live = following != DEAD
                 tokens.append(spelled)
