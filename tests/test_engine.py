@@ -269,6 +269,10 @@ def test_bench_serve_runs_all_modes_and_finds_the_same_tokens(capsys):
                  "shared prefix of 40 tokens"):
         assert line in out
     assert "same tokens in all 3 modes: yes" in out or "a float-rounding tie" in out
+    split = re.search(r"continuous batching's steps: ([\d.]+) s in (\d+) with prompt tokens, ([\d.]+) s in (\d+) of 4 "
+                      r"decoding sequences, ([\d.]+) s in (\d+) of fewer .*, of ([\d.]+) s", out)
+    prompt_s, prompt_steps, full_s, full_steps, fewer_s, fewer_steps, wall = map(float, split.groups())
+    assert prompt_steps >= 1 and full_steps + fewer_steps >= 1 and prompt_s + full_s + fewer_s <= wall
     held, least = map(float, re.search(r"held / live tokens need = ([\d.]+) \(blocks of 8 hold at least ([\d.]+)", out).groups())
     assert 1.0 < least <= held <= least + 0.0005  # random prompts share no block: the allocator holds no spare block
 

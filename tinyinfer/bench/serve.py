@@ -113,10 +113,26 @@ def serve_and_report(args, blas: str) -> int:
         print("cost per 1M output tokens at $" + f"{args.price_per_hour:g}/hour: " + ", ".join(
             f"{run.name} ${cost_per_million_tokens(args.price_per_hour, run.throughput):,.2f}"
             for run in (sequential, static, continuous)))
+    print_time_split(continuous, args.concurrency)
     print_steady_state(model, workload, args.concurrency)
     print_memory(continuous_llm, model)
     print_prefix_caching(model, rng, args, engine)
     return 0 if same else 1
+
+
+def print_time_split(run: Served, concurrency: int) -> None:
+    """Where continuous batching's steps spent their time: steps with prompt tokens (prompts cost about the same
+    one by one), steps of a full batch of decodes (what batching speeds up), and steps of fewer decodes (the
+    tail, as the queue drains and the last requests finish one by one)."""
+    prompt, full, fewer = [], [], []
+    for seconds, record in run.steps:
+        part = prompt if record.num_tokens > record.num_seqs else full if record.num_seqs >= concurrency else fewer
+        part.append((seconds, record.num_seqs))
+    tail_rows = f", {np.mean([rows for _, rows in fewer]):.1f} sequences on average" if fewer else ""
+    print(f"{run.name}'s steps: {sum(s for s, _ in prompt):.2f} s in {len(prompt)} with prompt tokens, "
+          f"{sum(s for s, _ in full):.2f} s in {len(full)} of {concurrency} decoding sequences, "
+          f"{sum(s for s, _ in fewer):.2f} s in {len(fewer)} of fewer (the tail{tail_rows}), "
+          f"of {run.wall_s:.2f} s")
 
 
 def print_steady_state(model, workload: list[Request], concurrency: int) -> None:

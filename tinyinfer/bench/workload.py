@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from tqdm import tqdm
 
 from tinyinfer.bench.prompts import random_prompt
 from tinyinfer.engine import LLM
+from tinyinfer.engine.llm import StepRecord
 from tinyinfer.errors import TinyInferError
 from tinyinfer.sampling import SamplingParams
 
@@ -35,6 +36,7 @@ class Served:
     tpot_s: list[float]
     wall_s: float
     cpu_s: float  # this process's CPU time: steadier than wall time on a machine shared with other work
+    steps: list[tuple[float, StepRecord]] = field(default_factory=list)  # an engine's steps: seconds, what ran
 
     @property
     def tokens(self) -> int:
@@ -81,7 +83,7 @@ def make_workload(model, rng, n: int, rate: float, prompt_len, output_len, tempe
 
 def serve_engine(llm: LLM, workload: list[Request], name: str) -> Served:
     """Feed the requests to the engine as they arrive; step it while it has work."""
-    pending, finished = deque(enumerate(workload)), {}
+    pending, finished, steps = deque(enumerate(workload)), {}, []
     start, cpu_start = time.perf_counter(), time.process_time()
     with tqdm(total=len(workload), desc=name, leave=False, disable=None) as bar:
         while pending or llm.has_unfinished():
@@ -91,14 +93,18 @@ def serve_engine(llm: LLM, workload: list[Request], name: str) -> Served:
             if not llm.has_unfinished():
                 sleep_until(start + pending[0][1].arrival)
                 continue
-            for out in llm.step():
+            logged, began = len(llm.step_log), time.perf_counter()
+            outputs = llm.step()
+            if len(llm.step_log) > logged:  # a step ran
+                steps.append((time.perf_counter() - began, llm.step_log[-1]))
+            for out in outputs:
                 if out.finished:
                     finished[int(out.request_id)] = out
                     bar.update(1)
     wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     results = [finished[i] for i in range(len(workload))]
     return Served(name, [r.token_ids for r in results], [r.metrics.ttft_s for r in results],
-                  [r.metrics.tpot_s for r in results], wall, cpu)
+                  [r.metrics.tpot_s for r in results], wall, cpu, steps)
 
 
 def sleep_until(moment: float) -> None:
