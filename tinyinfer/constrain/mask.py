@@ -17,6 +17,10 @@ Masks are cached per parser state, and computed in one of two ways:
   a string). The view's walk is kept in the Vocabulary under the view's shared name (`view_key`), so every
   grammar whose strings use the same rules finds it done: a string body costs one walk per vocabulary.
 
+Where first bytes lead into a loop (a number's digits, a string's plain characters), every token spelled with
+the loop's bytes is allowed without a walk (the vocabulary knows those tokens per byte set), and the walk goes
+on only below the bytes that leave the loop (`_loop_start`).
+
     masker = TokenMasker(compile_grammar(g), Vocabulary([b"a", b"b", b"ab", b"<eos>"], eos_ids=[3]))
     c = Constraint(masker)
     c.allowed_mask()  -> array([ True, False,  True, False])     # for root ::= "a" "b"?
@@ -208,8 +212,8 @@ class TokenMasker:
             return self._view_mask(state)
         start = self._loop_start(state) if first_bytes >= LOOP_BYTES else None
         if start is not None:  # a number, or its digits
-            tokens, starts = start
-            allowed = self._tokens_below(list(zip(*(column.tolist() for column in starts))))
+            tokens, (nodes, states) = start
+            allowed = self._tokens_below(list(zip(nodes.tolist(), states.tolist())))
             allowed[tokens] = True
             return allowed
         nodes = self._walk_sparse([(0, state)], self.sparse_limit)  # a few first bytes: likely a few tokens
