@@ -144,24 +144,29 @@ def test_a_number_starts_from_the_tokens_of_its_digits(token_bytes):
     assert {(digits, digits), (digits[1:], digits)} <= vocab.trie._spelled.keys()  # inside, and at the start
 
 
-def test_a_string_view_starts_from_the_tokens_of_its_characters(token_bytes):
+@pytest.mark.parametrize("sparse_limit", [0, None])  # 0: the frontier below the loop through the NumPy walk
+@pytest.mark.parametrize("loop_bytes", [None, 257])  # 257: no byte set is that large, the shortcut is off
+def test_a_string_view_starts_from_the_tokens_of_its_characters(token_bytes, sparse_limit, loop_bytes, monkeypatch):
     """A string's local view loops on its plain characters: its walk takes every token spelled with them at
-    once and walks on only from the bytes that leave the loop (an escape, a quote, a UTF-8 lead byte).
-    Exact, with or without the shortcut (LOOP_BYTES beyond any byte set turns it off)."""
+    once and walks on only from the bytes that leave the loop (an escape, a quote, a UTF-8 lead byte). Tokens
+    that close the string only after leaving the loop (`é"`, `\\n"}`) are escapes found below that frontier,
+    finished with the full state. Exact with and without the shortcut."""
     import tinyinfer.constrain.mask as mask_module
 
+    if loop_bytes is not None:
+        monkeypatch.setattr(mask_module, "LOOP_BYTES", loop_bytes)
+    closing = ['é"', '\\n"', '\\u00e9",', 'é",', 'aé"}', 'é\\"x']  # each leaves the loop before its quote
+    words = token_bytes[:-1] + [w.encode() for w in closing] + token_bytes[-1:]
+    vocab = Vocabulary(words, eos_ids=[len(words) - 1])
     schema = {"type": "object", "properties": {"s": {"type": "string"}, "t": {"type": "string", "maxLength": 3}}}
-    texts = (b'{"s":"', b'{"s":"ab', b'{"s":"\\', b'{"s":"\\u00', b'{"s":"x","t":"', b'{"s":"x","t":"ab')
-    for loop_bytes in (mask_module.LOOP_BYTES, 257):
-        mask_module.LOOP_BYTES, saved = loop_bytes, mask_module.LOOP_BYTES
-        try:
-            vocab = Vocabulary(token_bytes, eos_ids=[VOCAB_SIZE])
-            masker = TokenMasker(compile_grammar(schema_to_grammar(schema)), vocab)
-            masker.sparse_limit = 0
-            for text in texts:
-                state = masker.parser.step_bytes(masker.parser.initial, text)
-                assert (masker.mask(state) == reference_mask(masker, token_bytes, state)).all(), text
-        finally:
-            mask_module.LOOP_BYTES = saved
-        used = any(len(loop) > 64 for _, loop in vocab.trie._spelled)  # a string's characters
-        assert used == (loop_bytes <= 256), loop_bytes
+    masker = TokenMasker(compile_grammar(schema_to_grammar(schema)), vocab)
+    if sparse_limit is not None:
+        masker.sparse_limit = sparse_limit
+    for text in (b'{"s":"', b'{"s":"ab', b'{"s":"\\', b'{"s":"\\u00', b'{"s":"x","t":"', b'{"s":"x","t":"ab'):
+        state = masker.parser.step_bytes(masker.parser.initial, text)
+        mask = masker.mask(state)
+        assert (mask == reference_mask(masker, words, state)).all(), text
+        if text == b'{"s":"':
+            assert mask[len(token_bytes) - 1:-1].all()  # every one of the closing tokens
+    used = any(len(loop) > 64 for _, loop in vocab.trie._spelled)  # a string's characters
+    assert used == (loop_bytes is None)
