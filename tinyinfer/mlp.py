@@ -88,7 +88,7 @@ def matmul(x, w):
     OpenBLAS's matrix product is about 1.5x faster reading a weight that way (SmolLM2's down, [1536, 576], one
     thread: 32 rows 0.94 -> 0.64 ms, 8 rows 0.56 -> 0.29 ms). Results move only by float32 summation order.
     """
-    if x.ndim == 2 and type(x) is np.ndarray and type(w) is np.ndarray:
+    if type(x) is np.ndarray and type(w) is np.ndarray and x.ndim == w.ndim == 2:
         if 2 <= x.shape[0] <= ROW_BY_ROW_MAX:
             return np.matmul(x[:, None, :], w)[:, 0]  # [T, 1, d_in] @ [d_in, d_out] -> [T, 1, d_out] -> [T, d_out]
         if x.shape[0] > ROW_BY_ROW_MAX and w.strides[0] == w.itemsize:  # column-major w (a tall weight)
