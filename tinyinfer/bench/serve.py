@@ -262,7 +262,8 @@ def print_memory(llm: LLM, model) -> None:
     slabs = sum(s.num_seqs for s in steps) * model.config.max_seq_len * bytes_per_token
     peak = max(s.blocks_held for s in steps) * llm.cache.bytes_per_block
     print(f"\nKV memory (continuous run, mean over {len(steps)} steps): held / live tokens need = {held / live:.3f} "
-          f"(blocks of {llm.cache.block_size} hold at least {least / live:.3f}: each sequence's last block part-filled); "
+          f"(blocks of {llm.cache.block_size} hold at least {least / live:.3f}: each sequence's last block "
+          f"part-filled); "
           f"contiguous {model.config.max_seq_len}-token slabs per sequence / live = {slabs / live:.1f}; "
           f"peak held {peak / 2**20:.1f} MiB of a {llm.cache.nbytes / 2**20:.1f} MiB pool")
 
