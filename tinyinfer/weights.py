@@ -161,20 +161,23 @@ def arrange_for_matvec(params: dict, tied: bool) -> dict:
     A tied LM head is made row-major [d, V] once and the embedding table becomes its transposed view, so
     the two still share one copy. Results move only by float32 summation order (~1e-6).
     """
-    def arrange(w):
-        return padded_rows(w.T).T if w.shape[0] > w.shape[1] else padded_rows(w)  # tall: column-major
-
     def walk(tree):
         if isinstance(tree, dict):
             return {key: walk(value) for key, value in tree.items()}
         if isinstance(tree, list):
             return [walk(value) for value in tree]
-        return arrange(tree) if tree.ndim == 2 else tree  # inside a layer every matrix is a linear weight
+        return matvec_layout(tree) if tree.ndim == 2 else tree  # inside a layer every matrix is a linear weight
 
     arranged = dict(params, layers=walk(params["layers"]), lm_head=padded_rows(params["lm_head"]))
     if tied:
         arranged["embed"] = arranged["lm_head"].T  # [d, V] -> [V, d], a view: still one table
     return arranged
+
+
+def matvec_layout(w: np.ndarray) -> np.ndarray:
+    """w [in, out] in the memory order `arrange_for_matvec` gives a layer's weight: row-major when wide,
+    column-major when tall, rows padded (`padded_rows`). Same shape and values."""
+    return padded_rows(w.T).T if w.shape[0] > w.shape[1] else padded_rows(w)  # tall: column-major
 
 
 CACHE_SET_SPAN = 4096  # bytes: addresses this far apart fall in the same set of an L1 cache (64 sets x 64 B)

@@ -29,6 +29,7 @@ from tinyinfer.gguf.quants import DEQUANTIZERS, check_supported, dequantize
 from tinyinfer.gguf.reader import GGUFFile
 from tinyinfer.mlp import matmul
 from tinyinfer.tokenizer.gguf import tokenizer_from_gguf
+from tinyinfer.weights import matvec_layout
 
 LAYER_NAME = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)")
 TOP_NAME = re.compile(r"(\w+)\.(weight|bias)")
@@ -168,7 +169,7 @@ class QuantizedRows:
         return self.dequantize_rows().T  # [out, in] -> [in, out]
 
     def __rmatmul__(self, x):
-        w = np.ascontiguousarray(self.dequantize_rows().T)  # [out, in] -> [in, out], laid out as the float32 model's
+        w = matvec_layout(self.dequantize_rows().T)  # [out, in] -> [in, out], laid out as the float32 model's
         return matmul(x, w)  # [T, in] @ [in, out] -> [T, out]: the very product the float32 model computes
 
     def columns(self, ids) -> QuantizedRows:
