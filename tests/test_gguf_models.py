@@ -120,7 +120,7 @@ def test_the_q_k_permutation_must_be_undone(gguf_file, checkpoint, family, monke
 
 
 @pytest.mark.parametrize("family, qtype", [("llama", "Q4_K"), ("phi3", "Q8_0"), ("qwen2_moe", "Q5_1"),
-                                           ("gpt2", "Q6_K"), ("gemma", "Q4_1")])
+                                           ("gpt2", "Q6_K"), ("gemma", "Q4_1"), ("llama", "IQ4_XS")])
 def test_weights_kept_quantised_give_the_same_logits(gguf_file, family, qtype):
     path, ids = gguf_file(family, qtype), prompt_ids(16)
     dequantised, kept = tinyinfer.load(path), tinyinfer.load(path, keep_quantized=True)
