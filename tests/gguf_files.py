@@ -14,6 +14,7 @@ transformers reads the same file. Vectors (norms, biases) stay F32, as the conve
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -137,7 +138,36 @@ def converted_tensors(folder: Path, c: dict) -> dict[str, np.ndarray]:
         out[name] = np.stack([by_expert[e] for e in sorted(by_expert)])  # [E, out, in]
     if model_type == "gpt2":
         out["output.weight"] = out["token_embd.weight"]  # the converter writes the tied table twice
-    return out
+    return out | rope_tensors(c)
+
+
+def rope_tensors(c: dict) -> dict[str, np.ndarray]:
+    """The RoPE factors the converter writes as tensors: LlamaModel.generate_extra_tensors turns "llama3" scaling
+    into one factor per pair (rope_freqs), Phi3MiniModel.generate_extra_tensors stores longrope's two lists
+    (rope_factors_long / _short, only when the context is stretched). Same arithmetic: torch float32 frequencies,
+    Python floats for the factors."""
+    params = c.get("rope_parameters") or c.get("rope_scaling") or {}
+    kind = params.get("rope_type", params.get("type"))
+    if kind == "llama3":
+        dim = c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
+        freqs = 1.0 / (params["rope_theta"] ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
+        factor, low, high = params["factor"], params["low_freq_factor"], params["high_freq_factor"]
+        old_context = params["original_max_position_embeddings"]
+        factors = []
+        for freq in freqs.tolist():
+            wavelength = 2 * math.pi / freq
+            if wavelength < old_context / high:
+                factors.append(1)
+            elif wavelength > old_context / low:
+                factors.append(factor)
+            else:
+                smooth = (old_context / wavelength - low) / (high - low)
+                factors.append(1 / ((1 - smooth) / factor + smooth))
+        return {"rope_freqs.weight": np.array(factors, dtype=np.float32)}
+    if kind == "longrope" and c["max_position_embeddings"] != c["original_max_position_embeddings"]:
+        return {"rope_factors_long.weight": np.array(params["long_factor"], dtype=np.float32),
+                "rope_factors_short.weight": np.array(params["short_factor"], dtype=np.float32)}
+    return {}
 
 
 def add_metadata(writer: gguf.GGUFWriter, arch: str, c: dict) -> None:
@@ -169,6 +199,13 @@ def add_metadata(writer: gguf.GGUFWriter, arch: str, c: dict) -> None:
     if theta is not None:
         writer.add_float32(f"{arch}.rope.freq_base", theta)
     writer.add_float32(f"{arch}.attention.layer_norm_rms_epsilon", c["rms_norm_eps"])
+    if c["model_type"] == "phi3":  # Phi3MiniModel.set_gguf_parameters
+        original = c["original_max_position_embeddings"]
+        writer.add_uint32(f"{arch}.rope.scaling.original_context_length", original)
+        stretch = c["max_position_embeddings"] / original
+        if rope_tensors(c):
+            writer.add_float32(f"{arch}.rope.scaling.attn_factor",
+                               math.sqrt(1 + math.log(stretch) / math.log(original)) if stretch > 1 else 1.0)
     if c.get("sliding_window") and c["model_type"] in ("gemma2", "gemma3_text", "mistral", "phi3"):
         writer.add_uint32(f"{arch}.attention.sliding_window", c["sliding_window"])
     for key in ("attn_logit_softcapping", "final_logit_softcapping"):
