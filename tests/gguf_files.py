@@ -4,16 +4,19 @@
 convert_hf_to_gguf.py does: metadata keys under the architecture's name, llama.cpp's tensor names, and its
 re-layouts (Llama's q/k rows permuted for its rotary convention, 1 added to Gemma's norms, GPT-2's Conv1D weights
 transposed, a layer's experts merged into one tensor, Falcon's q/k/v rows regrouped, StableLM 2's per-head norms
-stacked). Each architecture's metadata keys are those its converter class writes (cited where they are written). The matrices are stored in `qtype`: through
-`gguf.quants.quantize` where it can (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1); the K-quants, which it
-cannot quantise, are *replaced* by random valid blocks (`random_blocks`): the file then defines the model, and
+stacked); each architecture's metadata keys are those its converter class writes (cited where they are written).
+The matrices are stored in `qtype`: through
+`gguf.quants.quantize` where it can (QUANTISABLE: F32 to Q5_1, TQ1_0, TQ2_0, MXFP4); the others (the K-quants,
+IQ4_NL, IQ4_XS, NVFP4), which it cannot quantise, are *replaced* by random valid blocks (`random_blocks`): the
+file then defines the model, and
 transformers reads the same file. Vectors (norms, biases) stay F32, as the converter keeps them.
 
-`random_blocks(type, n)` builds blocks of any type with finite float16 scales, for the dequantisers' tests.
+`random_blocks(type, n)` builds blocks of any type with finite scales, for the dequantisers' tests.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -24,30 +27,40 @@ import torch
 import transformers
 from gguf import GGMLQuantizationType as T
 
-QUANTISABLE = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1")
+LEGACY = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1")
 K_QUANTS = ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
-ALL_TYPES = QUANTISABLE + K_QUANTS
+NEWER = ("IQ4_NL", "IQ4_XS", "TQ1_0", "TQ2_0", "MXFP4", "NVFP4")  # a non-linear grid, ternary weights, 4-bit floats
+ALL_TYPES = LEGACY + K_QUANTS + NEWER
+QUANTISABLE = LEGACY + ("TQ1_0", "TQ2_0", "MXFP4")  # the types gguf.quants.quantize writes
 
 # byte offset of each float16 field in a block, and the value scale it gets (the weights then have |w| ~ 0.1-1)
 F16_FIELDS = {"Q8_0": {0: 0.01}, "Q4_0": {0: 0.05}, "Q4_1": {0: 0.05, 2: 0.3}, "Q5_0": {0: 0.03},
               "Q5_1": {0: 0.03, 2: 0.3}, "Q2_K": {80: 0.02, 82: 0.02}, "Q3_K": {108: 0.01},
-              "Q4_K": {0: 0.002, 2: 0.002}, "Q5_K": {0: 0.001, 2: 0.001}, "Q6_K": {208: 0.0005}}
+              "Q4_K": {0: 0.002, 2: 0.002}, "Q5_K": {0: 0.001, 2: 0.001}, "Q6_K": {208: 0.0005},
+              "IQ4_NL": {0: 0.005}, "IQ4_XS": {0: 0.0002}, "TQ1_0": {52: 0.5}, "TQ2_0": {64: 0.3}}
+# the one-byte scales, (first byte, end, lowest byte value, highest + 1): MXFP4's E8M0 exponent e means 2^(e - 128)
+# per code unit (codes up to 12), so 122..125 give 2^-6..2^-3; NVFP4's UE4M3 bytes 0x18..0x2F have exponent
+# fields 3..5, (1 to 1.875) x 2^-5..2^-3 per code unit
+BYTE_FIELDS = {"MXFP4": (0, 1, 122, 126), "NVFP4": (0, 4, 0x18, 0x30)}
 
 
 def random_blocks(type_name: str, n_blocks: int, seed: int = 0) -> np.ndarray:
-    """`n_blocks` valid blocks of `type_name`: random bytes, each float16 field a finite positive value.
-    -> [n_blocks, bytes per block] (uint8)"""
+    """`n_blocks` valid blocks of `type_name`: random bytes, each scale (F16_FIELDS, BYTE_FIELDS) a finite
+    positive value.  -> [n_blocks, bytes per block] (uint8)"""
     _, block_bytes = gguf.GGML_QUANT_SIZES[T[type_name]]
     rng = np.random.default_rng(seed)
     blocks = rng.integers(0, 256, size=(n_blocks, block_bytes), dtype=np.uint8)
-    for offset, scale in F16_FIELDS[type_name].items():
+    for offset, scale in F16_FIELDS.get(type_name, {}).items():
         values = (scale * rng.uniform(0.5, 1.5, size=n_blocks)).astype(np.float16)
         blocks[:, offset:offset + 2] = values.view(np.uint8).reshape(n_blocks, 2)
+    if type_name in BYTE_FIELDS:
+        start, end, low, high = BYTE_FIELDS[type_name]
+        blocks[:, start:end] = rng.integers(low, high, size=(n_blocks, end - start), dtype=np.uint8)
     return blocks
 
 
 def store(w: np.ndarray, qtype: str, seed: int) -> tuple[np.ndarray, T]:
-    """A float32 matrix as `qtype` bytes (quantised, or random blocks for a K-quant): (data, type)."""
+    """A float32 matrix as `qtype` bytes (quantised, or random blocks where gguf cannot quantise): (data, type)."""
     if qtype in QUANTISABLE:
         return gguf.quants.quantize(w.astype(np.float32), T[qtype]), T[qtype]
     block_weights, _ = gguf.GGML_QUANT_SIZES[T[qtype]]
@@ -152,7 +165,36 @@ def converted_tensors(folder: Path, c: dict) -> dict[str, np.ndarray]:
         out[name] = np.stack([by_expert[e] for e in sorted(by_expert)])  # [E, out, in]
     if model_type == "gpt2":
         out["output.weight"] = out["token_embd.weight"]  # the converter writes the tied table twice
-    return out
+    return out | rope_tensors(c)
+
+
+def rope_tensors(c: dict) -> dict[str, np.ndarray]:
+    """The RoPE factors the converter writes as tensors: LlamaModel.generate_extra_tensors turns "llama3" scaling
+    into one factor per pair (rope_freqs), Phi3MiniModel.generate_extra_tensors stores longrope's two lists
+    (rope_factors_long / _short, only when the context is stretched). Same arithmetic: torch float32 frequencies,
+    Python floats for the factors."""
+    params = c.get("rope_parameters") or c.get("rope_scaling") or {}
+    kind = params.get("rope_type", params.get("type"))
+    if kind == "llama3":
+        dim = c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
+        freqs = 1.0 / (params["rope_theta"] ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
+        factor, low, high = params["factor"], params["low_freq_factor"], params["high_freq_factor"]
+        old_context = params["original_max_position_embeddings"]
+        factors = []
+        for freq in freqs.tolist():
+            wavelength = 2 * math.pi / freq
+            if wavelength < old_context / high:
+                factors.append(1)
+            elif wavelength > old_context / low:
+                factors.append(factor)
+            else:
+                smooth = (old_context / wavelength - low) / (high - low)
+                factors.append(1 / ((1 - smooth) / factor + smooth))
+        return {"rope_freqs.weight": np.array(factors, dtype=np.float32)}
+    if kind == "longrope" and c["max_position_embeddings"] != c["original_max_position_embeddings"]:
+        return {"rope_factors_long.weight": np.array(params["long_factor"], dtype=np.float32),
+                "rope_factors_short.weight": np.array(params["short_factor"], dtype=np.float32)}
+    return {}
 
 
 def add_metadata(writer: gguf.GGUFWriter, arch: str, c: dict) -> None:
@@ -187,6 +229,13 @@ def add_metadata(writer: gguf.GGUFWriter, arch: str, c: dict) -> None:
     if theta is not None:
         writer.add_float32(f"{arch}.rope.freq_base", theta)
     writer.add_float32(f"{arch}.attention.layer_norm_rms_epsilon", c["rms_norm_eps"])
+    if c["model_type"] == "phi3":  # Phi3MiniModel.set_gguf_parameters
+        original = c["original_max_position_embeddings"]
+        writer.add_uint32(f"{arch}.rope.scaling.original_context_length", original)
+        stretch = c["max_position_embeddings"] / original
+        if rope_tensors(c):
+            writer.add_float32(f"{arch}.rope.scaling.attn_factor",
+                               math.sqrt(1 + math.log(stretch) / math.log(original)) if stretch > 1 else 1.0)
     if c.get("sliding_window") and c["model_type"] in ("gemma2", "gemma3_text", "mistral", "phi3"):
         writer.add_uint32(f"{arch}.attention.sliding_window", c["sliding_window"])
     for key in ("attn_logit_softcapping", "final_logit_softcapping"):

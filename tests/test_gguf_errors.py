@@ -112,9 +112,9 @@ def test_size_disagreeing_with_type_and_shape(good, tmp_path):
 
 
 def test_unsupported_type_is_refused_by_name_with_the_fix(good, tmp_path):
-    _, data = good  # IQ4_NL blocks (32 weights, 18 bytes) fit in the space of Q8_0 ones
-    bad = with_type(data, "blk.0.ffn_down.weight", int(gguf.GGMLQuantizationType.IQ4_NL))
-    assert_refused(damaged(tmp_path, bad), "'blk.0.ffn_down.weight' is stored as IQ4_NL", "K-quant", "Q8_0")
+    _, data = good  # I8 (1 byte a weight) fits in the space of Q8_0 blocks (34 bytes for 32 weights)
+    bad = with_type(data, "blk.0.ffn_down.weight", int(gguf.GGMLQuantizationType.I8))
+    assert_refused(damaged(tmp_path, bad), "'blk.0.ffn_down.weight' is stored as I8", "K-quant", "Q8_0")
 
 
 def test_unknown_architecture(tmp_path):

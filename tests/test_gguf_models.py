@@ -20,6 +20,7 @@ from tiny_models import build_with_transformers, hf_logits, prompt_ids
 
 import tinyinfer
 from tinyinfer.families import FAMILIES as REGISTRY
+from tinyinfer.gguf import model_file
 from tinyinfer.gguf.model_file import QuantizedRows
 from tinyinfer.model import leaves
 
@@ -28,6 +29,10 @@ SHAPE = dict(vocab_size=300, hidden_size=256, intermediate_size=512, num_hidden_
              num_key_value_heads=2, head_dim=64, max_position_embeddings=128, rms_norm_eps=1e-5, bos_token_id=1,
              eos_token_id=2, pad_token_id=0)
 MOE = dict(num_experts_per_tok=2, moe_intermediate_size=256)
+LLAMA3_ROPE = dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                   original_max_position_embeddings=16)  # pairs of wavelength 4..16 blended, longer ones / 8
+LONGROPE = dict(rope_type="longrope", short_factor=[1.0 + 0.1 * i for i in range(32)],
+                long_factor=[2.0 + i for i in range(32)])  # a context of 128 stretched from 32
 FAMILIES = {  # name: (transformers config class, fields, norm offset, read by transformers from GGUF)
     "llama": ("LlamaConfig", {}, 0.0, True),
     "qwen2": ("Qwen2Config", {}, 0.0, True),
@@ -40,6 +45,9 @@ FAMILIES = {  # name: (transformers config class, fields, norm offset, read by t
     "gemma2": ("Gemma2Config", dict(query_pre_attn_scalar=64, sliding_window=8), 1.0, True),
     "gemma3": ("Gemma3TextConfig", dict(query_pre_attn_scalar=64, sliding_window=8, num_hidden_layers=6), 1.0, True),
     "gpt2": ("GPT2Config", dict(n_embd=256, n_layer=2, n_head=4, n_positions=128), 0.0, True),
+    # scaled RoPE stored as tensors (rope_freqs; rope_factors_short/_long), which transformers' reader ignores
+    "llama3-rope": ("LlamaConfig", dict(rope_scaling=LLAMA3_ROPE), 0.0, False),
+    "phi3-longrope": ("Phi3Config", dict(original_max_position_embeddings=32, rope_scaling=LONGROPE), 0.0, False),
     "falcon": ("FalconConfig", {}, 0.0, True),  # Falcon-7B's block: parallel, one norm, multi-query
     "falcon40b": ("FalconConfig", dict(new_decoder_architecture=True, num_kv_heads=2, tie_word_embeddings=False),
                   0.0, False),  # two norms, q/k/v in 2 groups: transformers reads GGUF's q/k/v as Falcon-7B's
@@ -114,6 +122,17 @@ def test_an_f32_file_gives_the_checkpoint_it_was_converted_from(checkpoint, gguf
     assert_close_to(tinyinfer.load(gguf_file(family, "F32")).logits(ids), hf_logits(checkpoint(family), ids))
 
 
+@pytest.mark.parametrize("family", ["llama3-rope", "phi3-longrope"])
+def test_rope_factors_stored_as_tensors_are_applied(checkpoint, gguf_file, family, monkeypatch):
+    """The factors change the logits at these positions: read as plain RoPE, the same file misses the checkpoint."""
+    ids, path = prompt_ids(16), gguf_file(family, "F32")
+    assert tinyinfer.load(path).config.rope_scaling["rope_type"] == {"llama3-rope": "frequency_factors"}.get(
+        family, "longrope")
+    monkeypatch.setattr(model_file, "rope_from_tensors", lambda m, c, factors: {})
+    with pytest.raises(AssertionError):
+        assert_close_to(tinyinfer.load(path).logits(ids), hf_logits(checkpoint(family), ids))
+
+
 def without_unpermute(monkeypatch, *model_types: str) -> None:
     """Load llama-layout files as if the q/k rows needed no re-layout (the rows left as GGUF has them)."""
     for model_type in model_types:
@@ -132,7 +151,7 @@ def test_the_q_k_permutation_must_be_undone(gguf_file, checkpoint, family, monke
 
 
 @pytest.mark.parametrize("family, qtype", [("llama", "Q4_K"), ("phi3", "Q8_0"), ("qwen2_moe", "Q5_1"),
-                                           ("gpt2", "Q6_K"), ("gemma", "Q4_1")])
+                                           ("gpt2", "Q6_K"), ("gemma", "Q4_1"), ("llama", "IQ4_XS")])
 def test_weights_kept_quantised_give_the_same_logits(gguf_file, family, qtype):
     path, ids = gguf_file(family, qtype), prompt_ids(16)
     dequantised, kept = tinyinfer.load(path), tinyinfer.load(path, keep_quantized=True)

@@ -1,8 +1,9 @@
 """The GGUF dequantisers (tinyinfer/gguf/quants.py), bit for bit against llama.cpp's own (gguf.quants.dequantize).
 
-Every type on blocks made by gguf.quants.quantize where it can quantise (F32 to Q5_1), and on random valid blocks
-for every type (the K-quants it cannot quantise; random bytes reach codes and scales a quantiser rarely writes);
-then every tensor of the real model. "Bit for bit" compares the float32 bit patterns, so even -0.0 and NaNs count.
+Every type on blocks made by gguf.quants.quantize where it can quantise (F32 to Q5_1, TQ1_0, TQ2_0, MXFP4), and
+on random valid blocks for every type (the others it cannot quantise; random bytes reach codes and scales a
+quantiser rarely writes); every value of the one-byte scales (FP4's E8M0 and UE4M3); weights the ternary and FP4
+types hold exactly; then every tensor of the real model. "Bit for bit" compares the float32 bit patterns, so even -0.0 and NaNs count.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import gguf
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as T
-from gguf_files import ALL_TYPES, K_QUANTS, QUANTISABLE, random_blocks, real_model_or_skip
+from gguf_files import ALL_TYPES, K_QUANTS, NEWER, QUANTISABLE, random_blocks, real_model_or_skip
 
 from tinyinfer.errors import TinyInferError
 from tinyinfer.gguf.quants import DEQUANTIZERS, GGML_TYPES, dequantize, dequantize_q4_k, dequantize_q8_0, k_scales_mins
@@ -52,8 +53,29 @@ def test_random_half_floats_dequantise_as_gguf(type_name):
     assert_bits_equal(dequantize(raw.reshape(-1), type_name, (16, 32)), gguf.quants.dequantize(raw, T[type_name]))
 
 
+@pytest.mark.parametrize("type_name, scale_bytes", [("MXFP4", 1), ("NVFP4", 4)])
+def test_every_scale_byte_dequantises_as_gguf(type_name, scale_bytes):
+    # subnormal scales (E8M0 0 and 1, UE4M3 exponent 0), UE4M3's NaN 0x7F and its ignored top bit, E8M0's 255
+    blocks = random_blocks(type_name, 256, seed=6)
+    blocks[:, :scale_bytes] = np.arange(256, dtype=np.uint8)[:, None]  # block b: every scale byte b
+    with np.errstate(over="ignore"):  # E8M0 255 is 2^127: its larger codes overflow to inf, as in ggml
+        assert_bits_equal(dequantize(blocks.reshape(-1), type_name, (256, -1)),
+                          gguf.quants.dequantize(blocks, T[type_name]))
+
+
+@pytest.mark.parametrize("type_name, levels", [("TQ1_0", [-1, 0, 1]), ("TQ2_0", [-1, 0, 1]),
+                                               ("MXFP4", [0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.5, -1, -1.5, -2, -3, -4, -6])])
+def test_weights_on_the_grid_come_back_exactly(type_name, levels):
+    # a scale times the type's levels is what its blocks hold exactly: ternary weights, FP4 values (E2M1)
+    rng = np.random.default_rng(7)
+    w = np.float32(0.25) * rng.choice(np.array(levels, np.float32), size=(4, 512))
+    w[:, ::32] = 0.25 * max(levels)  # each block's largest |w| sets its scale: make it the grid's largest level
+    raw = gguf.quants.quantize(w, T[type_name])
+    np.testing.assert_array_equal(dequantize(raw.reshape(-1).view(np.uint8), type_name, w.shape), w)
+
+
 def test_other_types_are_refused_by_name_with_the_fix():
-    for name in ("IQ2_XXS", "IQ4_NL", "TQ1_0", "MXFP4", "Q8_K", "I32"):
+    for name in ("IQ2_XXS", "IQ3_S", "IQ1_M", "Q1_0", "Q8_K", "I32"):
         with pytest.raises(TinyInferError, match=f"{name}, which tinyinfer cannot dequantise.*K-quant.*Q8_0"):
             dequantize(np.zeros(1024, np.uint8), name, (1, 256))
 
@@ -131,7 +153,8 @@ def test_q4_k_matches_gguf_bit_for_bit():
     assert_bits_equal(dequantize_q4_k(blocks), gguf.quants.dequantize(blocks, T.Q4_K))
 
 
-def test_k_quant_random_blocks_are_finite_and_varied():
-    for type_name in K_QUANTS:  # the test blocks exercise real values, not NaNs
-        w = dequantize(random_blocks(type_name, 8).reshape(-1), type_name, (8, 256))
-        assert np.isfinite(w).all() and w.std() > 0.01
+def test_random_blocks_are_finite_and_varied():
+    for type_name in K_QUANTS + NEWER:  # the test blocks exercise real values, not NaNs
+        block_weights, _ = gguf.GGML_QUANT_SIZES[T[type_name]]
+        w = dequantize(random_blocks(type_name, 8).reshape(-1), type_name, (8, block_weights))
+        assert np.isfinite(w).all() and 0.05 < w.std() < 1, (type_name, w.std())

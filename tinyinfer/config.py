@@ -43,7 +43,8 @@ class Config:
     # -- positions (tinyinfer/rope.py)
     position: str = "rope"  # "rope" | "learned" (GPT-2's position table)
     rope_theta: float = 10000.0
-    rope_scaling: dict | None = None  # {"rope_type": "linear"|"llama3"|"yarn"|"longrope" (Phi-3), ...} or None
+    # {"rope_type": "linear"|"llama3"|"yarn"|"longrope" (Phi-3)|"frequency_factors" (GGUF), ...} or None
+    rope_scaling: dict | None = None
     local_rope_theta: float | None = None  # Gemma 3: sliding layers rotate with this theta, unscaled (None: as all)
     partial_rotary_factor: float = 1.0  # Phi-3: RoPE rotates only the first int(head_dim * factor) coordinates
     nope_layers: list[int] = field(default_factory=list)  # SmolLM3: layers that do not rotate q and k ("NoPE")

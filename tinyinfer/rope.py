@@ -10,7 +10,8 @@ rest through unrotated: `apply_partial_rope`, with frequencies computed for the 
 Scaled variants stretch the frequencies so a model reaches past its training length:
 `linear` divides every frequency by `factor`; `llama3` divides only the low frequencies and blends between;
 `yarn` does the same with a ramp over pair indices, and also scales q and k (`rope_attention_factor`);
-`longrope` (Phi-3) divides each pair's frequency by its own factor from the file, and scales q and k too.
+`longrope` (Phi-3) divides each pair's frequency by its own factor from the file, and scales q and k too;
+`frequency_factors` (a GGUF file's rope_freqs, llama3's scaling as llama.cpp stores it) divides by its own factors.
 
 Everything is computed in float32, the way transformers computes it and so the way every checkpoint was
 trained: float64 angles would be "more exact" but drift from the model's own by ~position x 2^-24 radians,
@@ -38,8 +39,9 @@ def inv_frequencies(head_dim: int, theta: float, scaling: dict | None = None) ->
         return inv_freq / scaling["factor"]
     if scaling["rope_type"] == "yarn":
         return _yarn_scaled(inv_freq, periods, scaling, head_dim, theta)
-    if scaling["rope_type"] == "longrope":  # the factors of sequences within the original context
-        return np.float32(1.0) / (np.asarray(scaling["short_factor"], dtype=np.float32) * periods)
+    own_factors = {"longrope": "short_factor", "frequency_factors": "factors"}.get(scaling["rope_type"])
+    if own_factors:  # longrope: the factors of sequences within the original context
+        return np.float32(1.0) / (np.asarray(scaling[own_factors], dtype=np.float32) * periods)
     return _llama3_scaled(inv_freq, scaling)
 
 

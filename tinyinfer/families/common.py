@@ -121,7 +121,8 @@ def rope(c: dict) -> tuple[float, dict | None]:
 
 
 # the RoPE scalings tinyinfer/rope.py implements, and the fields each one needs
-SCALED_ROPE_TYPES = {"linear": ("factor",), "llama3": ("factor", "low_freq_factor", "high_freq_factor"), "yarn": ()}
+SCALED_ROPE_TYPES = {"linear": ("factor",), "llama3": ("factor", "low_freq_factor", "high_freq_factor"), "yarn": (),
+                     "frequency_factors": ("factors",)}  # the last: GGUF's rope_freqs (gguf/architectures.py)
 
 
 def activation(name: str) -> str:

@@ -130,7 +130,7 @@ def gguf_config(m: Metadata, names: set) -> dict:
             "num_ln_in_parallel_attn": 2 if "blk.0.attn_norm_2.weight" in names else 1,
             "ffn_hidden_size": m["feed_forward_length"], "max_position_embeddings": m["context_length"],
             "layer_norm_epsilon": m["attention.layer_norm_epsilon"], "bias": "blk.0.attn_qkv.bias" in names,
-            "tie_word_embeddings": "output.weight" not in names} | rope_config(m, names)
+            "tie_word_embeddings": "output.weight" not in names} | rope_config(m)
 
 
 GGUF_LAYER = {"attn_qkv": "self_attention.query_key_value", "attn_output": "self_attention.dense",

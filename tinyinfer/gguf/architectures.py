@@ -112,22 +112,50 @@ def llama_like_config(m: Metadata, names: set, model_type: str) -> dict:
          "tie_word_embeddings": "output.weight" not in names}
     if m.get("attention.value_length", c["head_dim"]) != c["head_dim"]:
         raise TinyInferError(f"{m.path}: keys and values of different widths are not supported")
-    return c | rope_config(m, names)
+    return c | rope_config(m)
 
 
-def rope_config(m: Metadata, names: set) -> dict:
-    """RoPE's base (10000 where the file states none, as llama.cpp takes it) and its linear scaling; the
-    scalings tinyinfer cannot honour from a GGUF file are refused by name."""
+def rope_config(m: Metadata) -> dict:
+    """RoPE's base (10000 where the file states none, as llama.cpp takes it) and its linear scaling; the other
+    scalings of the metadata are refused by name (the factors stored as tensors: `rope_from_tensors`)."""
     c = {"rope_theta": m.get("rope.freq_base", 10000.0)}
-    if "rope_freqs.weight" in names or "rope_factors_long.weight" in names:
-        raise TinyInferError(f"{m.path}: per-frequency RoPE factors (rope_freqs / rope_factors_long: Llama 3.1's or "
-                             "Phi-3-128k's scaled RoPE) are not supported; use the model's Hugging Face folder")
     scaling = m.get("rope.scaling.type", "none")
     if scaling == "linear":
         c["rope_scaling"] = {"rope_type": "linear", "factor": m["rope.scaling.factor"]}
     elif scaling != "none":
         raise TinyInferError(f"{m.path}: RoPE scaling {scaling!r} in a GGUF file is not supported (only linear)")
     return c
+
+
+ROPE_TENSORS = ("rope_freqs", "rope_factors_short", "rope_factors_long")  # RoPE factors stored as tensors
+
+
+def rope_from_tensors(m: Metadata, c: dict, factors: dict[str, np.ndarray]) -> dict:
+    """config.json's RoPE fields for the per-pair factors the converter stores as tensors (`factors`: GGUF base
+    name -> [pairs] float32; none: nothing changes):
+
+        rope_freqs                 Llama 3.1's "llama3" scaling, which the converter turns into one factor per
+                                   pair (1 for the fast pairs, `factor` for the slow ones, a blend between):
+                                   each pair's frequency is divided by its factor, at every length
+        rope_factors_short/_long   Phi-3's longrope: the two lists of factors, with the attention factor and
+                                   the original context in the metadata (rope.scaling.attn_factor,
+                                   rope.scaling.original_context_length)
+    """
+    if "rope_freqs" in factors:
+        if c.get("rope_scaling"):
+            raise TinyInferError(f"{m.path}: both rope_freqs and rope.scaling.type {m.get('rope.scaling.type')!r}; "
+                                 "a file scales RoPE one way: reconvert it from the Hugging Face folder")
+        return {"rope_scaling": {"rope_type": "frequency_factors", "factors": factors["rope_freqs"].tolist()}}
+    if "rope_factors_short" in factors or "rope_factors_long" in factors:
+        missing = [f"{name}.weight" for name in ROPE_TENSORS[1:] if name not in factors]
+        if missing:
+            raise TinyInferError(f"{m.path}: longrope needs rope_factors_short and rope_factors_long; {missing[0]} is "
+                                 "missing: the file is incomplete")
+        return {"rope_scaling": {"rope_type": "longrope", "short_factor": factors["rope_factors_short"].tolist(),
+                                 "long_factor": factors["rope_factors_long"].tolist(),
+                                 "attention_factor": m.get("rope.scaling.attn_factor")},
+                "original_max_position_embeddings": m["rope.scaling.original_context_length"]}
+    return {}
 
 
 def expert_config(m: Metadata) -> dict:

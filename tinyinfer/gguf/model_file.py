@@ -24,7 +24,7 @@ import numpy as np
 from tinyinfer.config import Config
 from tinyinfer.errors import TinyInferError
 from tinyinfer.families import FAMILIES, Family, config_from_hf, load_params, untie_if_the_file_disagrees
-from tinyinfer.gguf.architectures import GGUFLayout, Metadata
+from tinyinfer.gguf.architectures import ROPE_TENSORS, GGUFLayout, Metadata, rope_from_tensors
 from tinyinfer.gguf.quants import DEQUANTIZERS, check_supported, dequantize
 from tinyinfer.gguf.reader import GGUFFile
 from tinyinfer.mlp import matmul
@@ -44,6 +44,8 @@ class GGUFCheckpoint:
         self._table = layout.tensor_table(hf_config)
         self._sources = {}  # family name -> (GGUF name, GGUF base name, expert index or None)
         for name, info in gguf.tensors.items():
+            if name.removesuffix(".weight") in ROPE_TENSORS:  # read into the config (gguf_hf_config), not a weight
+                continue
             target, base = self._family_name(name)
             if "{e}" not in target:
                 self._sources[target] = (name, base, None)
@@ -112,6 +114,8 @@ def gguf_hf_config(gguf: GGUFFile) -> tuple[GGUFLayout, dict]:
     family, m = gguf_family(gguf)
     names = set(gguf.tensors)
     c = family.gguf.config(m, names)
+    c |= rope_from_tensors(m, c, {name: gguf.dequantize(f"{name}.weight") for name in ROPE_TENSORS
+                                  if f"{name}.weight" in names})
     if "token_embd.weight" not in gguf.tensors:
         raise TinyInferError(f"{gguf.path}: has no token_embd.weight (the embedding table): the file is incomplete")
     c["vocab_size"] = gguf.tensors["token_embd.weight"].shape[0]

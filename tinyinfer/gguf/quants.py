@@ -18,8 +18,14 @@ with the block's C struct (llama.cpp's ggml-common.h) in its docstring. Each com
 products, in the same order, as llama.cpp's reference `dequantize_row_*`: the results are bit-identical to
 `gguf.quants.dequantize` (tests/test_gguf_quants.py), on random blocks and on real files.
 
-Bits per weight (bytes per block x 8 / weights per block): F32 32, F16 and BF16 16, Q8_0 8.5, Q5_1 6,
-Q5_0 5.5, Q6_K 6.5625, Q5_K 5.5, Q4_1 5, Q4_0 4.5, Q4_K 4.5, Q3_K 3.4375, Q2_K 2.625.
+Newer types change what a code means rather than how blocks are laid out: IQ4_NL and IQ4_XS index a fixed
+non-linear grid of 16 levels; TQ1_0 and TQ2_0 store ternary weights (-d, 0, d), TQ1_0 five base-3 digits to a
+byte; MXFP4 and NVFP4 store each weight as a 4-bit float (FP4 E2M1) under a power-of-two or an FP8 scale.
+The IQ1/IQ2/IQ3 types, whose codes index codebooks of hundreds of entries, are refused by name.
+
+Bits per weight (bytes per block x 8 / weights per block): F32 32, F16 and BF16 16, Q8_0 8.5, Q6_K 6.5625,
+Q5_1 6, Q5_0 5.5, Q5_K 5.5, Q4_1 5, Q4_0 4.5, Q4_K 4.5, IQ4_NL 4.5, NVFP4 4.5, IQ4_XS 4.25, MXFP4 4.25,
+Q3_K 3.4375, Q2_K 2.625, TQ2_0 2.0625, TQ1_0 1.6875.
 
     >>> block = np.array([[0x00, 0x3C] + [2, 0xFF] + [0] * 30], dtype=np.uint8)  # d = 1.0 (f16 0x3C00); q = 2, -1, 0...
     >>> dequantize_q8_0(block)[0, :3].tolist()
@@ -45,7 +51,7 @@ GGML_TYPES = {
     20: ("IQ4_NL", 32, 18), 21: ("IQ3_S", 256, 110), 22: ("IQ2_S", 256, 82), 23: ("IQ4_XS", 256, 136),
     24: ("I8", 1, 1), 25: ("I16", 1, 2), 26: ("I32", 1, 4), 27: ("I64", 1, 8), 28: ("F64", 1, 8),
     29: ("IQ1_M", 256, 56), 30: ("BF16", 1, 2), 34: ("TQ1_0", 256, 54), 35: ("TQ2_0", 256, 66),
-    39: ("MXFP4", 32, 17),
+    39: ("MXFP4", 32, 17), 40: ("NVFP4", 64, 36), 41: ("Q1_0", 128, 18),
 }
 
 
@@ -56,7 +62,8 @@ def _f16(blocks, start: int):
 
 def _nibbles(qs, chunk: int):
     """Split bytes into 4-bit codes, in chunks of `chunk` bytes: a chunk's low nibbles are `chunk` weights, then
-    its high nibbles the next `chunk` (ggml's order: chunks of 16 in 32-weight blocks, of 32 in the K-quants).
+    its high nibbles the next `chunk` (ggml's order: chunks of 16 in 32-weight blocks, of 32 in the K-quants,
+    of 8 in NVFP4's sub-blocks).
     [n, chunk * c] (uint8) -> [n, 2 * chunk * c] (uint8, 0..15)"""
     n = qs.shape[0]
     chunks = qs.reshape(n, -1, 1, chunk) >> np.array([0, 4], dtype=np.uint8).reshape(1, 1, 2, 1)  # [n, c, 2, chunk]
@@ -285,13 +292,138 @@ def dequantize_q6_k(blocks):
     return (step * q.reshape(n, 16, 16).astype(np.float32)).reshape(n, QK_K)
 
 
+# -- a non-linear 4-bit grid (IQ4_NL, IQ4_XS) ---------------------------------------------------------------------
+
+# IQ4's 16 levels, ggml's kvalues_iq4nl: closer together near 0, where most weights are, than Q4_0's even grid
+KVALUES_IQ4NL = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], dtype=np.float32)
+
+
+def dequantize_iq4_nl(blocks):
+    """IQ4_NL, 32 weights in 18 bytes: Q4_0's layout, but a code picks one of the 16 levels of KVALUES_IQ4NL:
+
+        struct block_iq4_nl { f16 d; u8 qs[16]; };         w[i] = d * kvalues_iq4nl[q[i]],   q as in Q4_0
+
+    [n, 18] -> [n, 32]
+    """
+    d = _f16(blocks, 0)  # [n, 1]
+    return d * KVALUES_IQ4NL[_nibbles(blocks[:, 2:18], 16)]  # [n, 16] -> [n, 32] codes -> levels
+
+
+def dequantize_iq4_xs(blocks):
+    """IQ4_XS, 256 weights in 136 bytes: 8 sub-blocks of 32 in IQ4_NL's codes, each a 6-bit scale offset by 32:
+
+        struct block_iq4_xs { f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]; };
+        w = (d * (ls[j] - 32)) * kvalues_iq4nl[q],   q: sub-block j's 16 bytes of nibbles, as in IQ4_NL
+        ls[j] (6 bits): low 4 from scales_l[j // 2] (low nibble for even j), high 2 from bits 2j, 2j+1 of scales_h
+
+    [n, 136] -> [n, 256]
+    """
+    n = blocks.shape[0]
+    d = _f16(blocks, 0)  # [n, 1]
+    high = (blocks[:, 2:4].view(np.uint16) >> np.arange(0, 16, 2, dtype=np.uint16)) & 0x03  # [n, 1] -> [n, 8]
+    ls = _nibbles(blocks[:, 4:8], 1) | (high.astype(np.uint8) << 4)  # [n, 4] -> [n, 8], 0..63
+    step = (d * (ls.astype(np.int8) - np.int8(32)).astype(np.float32)).reshape(n, 8, 1)  # [n, 8, 1]
+    levels = KVALUES_IQ4NL[_nibbles(blocks[:, 8:136], 16)].reshape(n, 8, 32)  # [n, 128] -> [n, 256] -> [n, 8, 32]
+    return (step * levels).reshape(n, QK_K)
+
+
+# -- ternary weights (TQ1_0, TQ2_0): every weight -d, 0 or d -------------------------------------------------------
+
+POW3 = np.array([1, 3, 9, 27, 81], dtype=np.uint8)
+
+
+def _trits(packed, per_byte: int):
+    """Base-3 digits, `per_byte` (5 or 4) to a byte. A byte b holds digits t0 t1 t2 t3 t4 (t0 first) as the fraction
+    b / 256 ~ (t0 t1 t2 t3 t4 in base 3) / 243, rounded up: multiplying by 3^k (mod 256) drops the first k digits,
+    and (b 3^k mod 256) * 3 // 256 reads the next one. Digit k of a run of c bytes is weight k c + j, as ggml orders.
+    [n, c] (uint8) -> [n, per_byte * c] (uint8, 0..2)"""
+    n = packed.shape[0]
+    shifted = packed.reshape(n, 1, -1) * POW3[:per_byte].reshape(1, -1, 1)  # [n, k, c]: uint8 products wrap mod 256
+    return ((shifted.astype(np.uint16) * 3) >> 8).astype(np.uint8).reshape(n, -1)  # -> [n, k c]
+
+
+def dequantize_tq1_0(blocks):
+    """TQ1_0, 256 weights in 54 bytes: 1.6875 bits a weight, 5 trits to a byte (_trits), in three runs:
+
+        struct block_tq1_0 { u8 qs[48]; u8 qh[4]; f16 d; };       w = (t - 1) * d,   t in 0..2
+        weights 0..159: 5 trits of qs[0:32];  160..239: 5 of qs[32:48];  240..255: 4 of qh
+
+    [n, 54] -> [n, 256]
+    """
+    d = _f16(blocks, 52)  # [n, 1]
+    t = np.concatenate([_trits(blocks[:, 0:32], 5), _trits(blocks[:, 32:48], 5), _trits(blocks[:, 48:52], 4)],
+                       axis=-1)  # [n, 160 + 80 + 16 = 256]
+    return (t.astype(np.int8) - np.int8(1)).astype(np.float32) * d
+
+
+def dequantize_tq2_0(blocks):
+    """TQ2_0, 256 weights in 66 bytes: a 2-bit code per weight, ordered as Q2_K's (_crumbs):
+
+        struct block_tq2_0 { u8 qs[64]; f16 d; };                 w = (q - 1) * d,   q in 0..3
+
+    [n, 66] -> [n, 256]
+    """
+    d = _f16(blocks, 64)  # [n, 1]
+    q = _crumbs(blocks[:, 0:64]).astype(np.int8) - np.int8(1)  # [n, 64] -> [n, 256], -1..2
+    return q.astype(np.float32) * d
+
+
+# -- 4-bit floats (MXFP4, NVFP4): each code an FP4 E2M1 number, the scale a power of two or an FP8 -----------------
+
+# FP4 E2M1's 16 values (sign, 2 exponent bits, 1 mantissa bit: 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives),
+# doubled to be integers as ggml's kvalues_mxfp4 are: the scales below are halved to make up for it
+KVALUES_FP4 = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], dtype=np.float32)
+
+
+def _e8m0_half(e):
+    """E8M0 scales (a bare exponent: byte e means 2^(e - 127)), halved: 2^(e - 128), exact even where it is
+    subnormal (e < 2). Byte 255, NaN in the OCP MX spec, reads as 2^127, as in ggml.  [n, k] (uint8) -> [n, k]"""
+    return np.ldexp(np.float32(1), e.astype(np.int32) - 128)
+
+
+def _ue4m3_half(x):
+    """Unsigned FP8 E4M3 scales (bits 6-3 an exponent biased by 7, bits 2-0 the mantissa in eighths; bit 7 ignored),
+    halved: (8 + m) / 8 * 2^(e - 7) / 2, or for e = 0 (subnormal) m / 8 * 2^-6 / 2; 0x7F (NaN) reads as 0, as
+    in ggml.  [n, k] (uint8) -> [n, k] (float32, exact)"""
+    e, m = (x >> 3) & 0x0F, x & 0x07  # [n, k] each
+    mantissa = np.where(e > 0, m + 8, m).astype(np.float32)  # eighths, with a normal number's leading 1
+    half = np.ldexp(mantissa, np.maximum(e, 1).astype(np.int32) - 11)  # 2^-3 for the eighths, -7 bias, -1 halving
+    return np.where(x == 0x7F, np.float32(0), half)
+
+
+def dequantize_mxfp4(blocks):
+    """MXFP4 (OCP microscaling), 32 weights in 17 bytes: FP4 codes, ordered as Q4_0's, and a power-of-two scale:
+
+        struct block_mxfp4 { u8 e; u8 qs[16]; };           w[i] = kvalues_mxfp4[q[i]] * 2^(e - 128)
+
+    [n, 17] -> [n, 32]
+    """
+    d = _e8m0_half(blocks[:, 0:1])  # [n, 1]
+    return KVALUES_FP4[_nibbles(blocks[:, 1:17], 16)] * d  # [n, 16] -> [n, 32] codes -> values
+
+
+def dequantize_nvfp4(blocks):
+    """NVFP4, 64 weights in 36 bytes: 4 sub-blocks of 16 FP4 codes, each an FP8 (UE4M3) scale:
+
+        struct block_nvfp4 { u8 d[4]; u8 qs[32]; };        w = kvalues_mxfp4[q] * ue4m3(d[j]) / 2
+        sub-block j: qs[8j:8j+8], low nibbles its weights 0..7, high nibbles 8..15
+
+    [n, 36] -> [n, 64]
+    """
+    n = blocks.shape[0]
+    d = _ue4m3_half(blocks[:, 0:4]).reshape(n, 4, 1)  # [n, 4] -> [n, 4, 1]
+    values = KVALUES_FP4[_nibbles(blocks[:, 4:36], 8)].reshape(n, 4, 16)  # [n, 32] -> [n, 64] -> [n, 4, 16]
+    return (values * d).reshape(n, 64)
+
+
 DEQUANTIZERS = {
     "F32": dequantize_f32, "F16": dequantize_f16, "BF16": dequantize_bf16,
     "Q8_0": dequantize_q8_0, "Q4_0": dequantize_q4_0, "Q4_1": dequantize_q4_1, "Q5_0": dequantize_q5_0,
     "Q5_1": dequantize_q5_1, "Q2_K": dequantize_q2_k, "Q3_K": dequantize_q3_k, "Q4_K": dequantize_q4_k,
-    "Q5_K": dequantize_q5_k, "Q6_K": dequantize_q6_k,
+    "Q5_K": dequantize_q5_k, "Q6_K": dequantize_q6_k, "IQ4_NL": dequantize_iq4_nl, "IQ4_XS": dequantize_iq4_xs,
+    "TQ1_0": dequantize_tq1_0, "TQ2_0": dequantize_tq2_0, "MXFP4": dequantize_mxfp4, "NVFP4": dequantize_nvfp4,
 }
-REFUSAL_FIX = "use a GGUF file in a K-quant (Q4_K_M, Q5_K_M, Q6_K) or in Q8_0, F16 or F32"
+REFUSAL_FIX = "use a GGUF file in a K-quant (Q4_K_M, Q5_K_M, Q6_K), in IQ4_XS, or in Q8_0, F16 or F32"
 
 
 def type_by_name(name: str) -> tuple[str, int, int]:
@@ -300,7 +432,8 @@ def type_by_name(name: str) -> tuple[str, int, int]:
 
 
 def check_supported(type_name: str, what: str) -> None:
-    """Refuse, by name, a type tinyinfer cannot dequantise (IQ*, TQ*, MXFP4, Q8_1/Q8_K, integers)."""
+    """Refuse, by name, a type tinyinfer cannot dequantise (the codebook types IQ1_*, IQ2_*, IQ3_*; Q1_0;
+    Q8_1/Q8_K, which only hold llama.cpp's activations; integers)."""
     if type_name not in DEQUANTIZERS:
         raise TinyInferError(f"{what} is stored as {type_name}, which tinyinfer cannot dequantise "
                              f"(it reads {', '.join(DEQUANTIZERS)}): {REFUSAL_FIX}")
