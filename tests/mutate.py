@@ -188,7 +188,7 @@ MUTATIONS = [
         ("MXFP4: the E8M0 scale not halved", "e.astype(np.int32) - 128", "e.astype(np.int32) - 127"),
         ("NVFP4: nibbles in chunks of 16", "_nibbles(blocks[:, 4:36], 8)", "_nibbles(blocks[:, 4:36], 16)"),
         ("UE4M3: subnormal scales given a leading 1", "np.where(e > 0, m + 8, m)", "(m + 8)"),
-        ("IQ2_XXS: the step halved, not quartered", "np.float32(0.25)).reshape(n, 8, 1)", "np.float32(0.5)).reshape(n, 8, 1)"),
+        ("IQ2: the step halved, not quartered", "np.float32(0.25))[..., None]", "np.float32(0.5))[..., None]"),
         ("IQ2_S: the index's high bits one place low", "(high.reshape(n, 32).astype(np.uint16) << 8)",
          "(high.reshape(n, 32).astype(np.uint16) << 7)"),
         ("IQ3_S: the ninth index bits read high bit first", 'np.unpackbits(blocks[:, 66:74], axis=-1, bitorder="little")',

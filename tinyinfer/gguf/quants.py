@@ -444,6 +444,12 @@ def _ksigns(words):
     return _signs(KSIGNS_IQ2XS[index].reshape(n, -1))  # [n, 4 k] sign bytes -> [n, 32 k]
 
 
+def _iq2_steps(d, s):
+    """The IQ2 types' step d * (0.5 + s) * 0.25 from 4-bit scales s, the products in ggml's order.
+    d [n, 1], s [n, k] (unsigned) -> [n, k, 1]"""
+    return (d * (np.float32(0.5) + s.astype(np.float32)) * np.float32(0.25))[..., None]
+
+
 def dequantize_iq2_xxs(blocks):
     """IQ2_XXS, 256 weights in 66 bytes (2.0625 bits each): 8 sub-blocks of 32, each two u32 words: the bytes of
     the first index 4 entries of iq2xxs_grid (8 magnitudes each); the second holds 4 sign indices of 7 bits
@@ -455,26 +461,17 @@ def dequantize_iq2_xxs(blocks):
     [n, 66] -> [n, 256]
     """
     n = blocks.shape[0]
-    d = _f16(blocks, 0)  # [n, 1]
     words = blocks[:, 2:66].view(np.uint32).reshape(n, 8, 2)  # [n, 64] -> [n, 8 sub-blocks, 2]
-    s = (words[..., 1] >> 28).astype(np.float32)  # [n, 8]
-    step = (d * (np.float32(0.5) + s) * np.float32(0.25)).reshape(n, 8, 1)  # [n, 8, 1]
+    step = _iq2_steps(_f16(blocks, 0), words[..., 1] >> 28)  # [n, 8] -> [n, 8, 1]
     codes = blocks[:, 2:66].reshape(n, 8, 8)[:, :, 0:4]  # [n, 8, 4]: the first word's bytes
     levels = IQ2XXS_GRID[codes].reshape(n, 8, 32)  # [n, 8, 4] -> [n, 8, 4, 8] -> [n, 8, 32]
     signs = _ksigns(words[..., 1]).reshape(n, 8, 32)  # [n, 8] -> [n, 256] -> [n, 8, 32]
     return (step * levels * signs).reshape(n, QK_K)
 
 
-def _iq2_steps(d, scales):
-    """IQ2_XS/IQ2_S's step for each 16 weights, from a 4-bit scale s each (_nibbles: low nibble first).
-    d [n, 1], scales [n, 8] (uint8) -> [n, 16, 1]"""
-    s = _nibbles(scales, 1).astype(np.float32)  # [n, 8] -> [n, 16]
-    return (d * (np.float32(0.5) + s) * np.float32(0.25))[..., None]  # [n, 16] -> [n, 16, 1]
-
-
 def dequantize_iq2_xs(blocks):
     """IQ2_XS, 256 weights in 74 bytes (2.3125 bits): a u16 per 8 weights, its low 9 bits an entry of iq2xs_grid,
-    its high 7 a sign index (ksigns_iq2xs); a 4-bit scale s per 16 weights:
+    its high 7 a sign index (ksigns_iq2xs); a 4-bit scale s per 16 weights (scales[i]: low nibble first):
 
         struct block_iq2_xs { f16 d; u16 qs[32]; u8 scales[8]; };
         w = d * (0.5 + s) * 0.25 * grid[q & 511][j] * sign[j]
@@ -482,7 +479,7 @@ def dequantize_iq2_xs(blocks):
     [n, 74] -> [n, 256]
     """
     n = blocks.shape[0]
-    step = _iq2_steps(_f16(blocks, 0), blocks[:, 66:74])  # [n, 16, 1]
+    step = _iq2_steps(_f16(blocks, 0), _nibbles(blocks[:, 66:74], 1))  # [n, 8] -> [n, 16] -> [n, 16, 1]
     qs = blocks[:, 2:66].view(np.uint16)  # [n, 64] -> [n, 32]
     levels = IQ2XS_GRID[qs & 511].reshape(n, 16, 16)  # [n, 32] -> [n, 32, 8] -> [n, 16, 16]
     signs = _signs(KSIGNS_IQ2XS[qs >> 9]).reshape(n, 16, 16)  # [n, 32] -> [n, 256] -> [n, 16, 16]
@@ -491,8 +488,8 @@ def dequantize_iq2_xs(blocks):
 
 def dequantize_iq2_s(blocks):
     """IQ2_S, 256 weights in 82 bytes (2.5625 bits): IQ2_XS with 10-bit indices into iq2s_grid and a sign bit
-    per weight, no parity. Index k (8 weights each) is qs[k] | bits 2 (k % 4), +1 of qh[k // 4] << 8; the
-    sign bits are qs[32:64] (_signs):
+    per weight, no parity. Index k (of 32, 8 weights each) is qs[k] | ((qh[k // 4] >> 2 (k % 4)) & 3) << 8; the
+    sign bits are qs[32:64] (_signs); the scales as IQ2_XS's:
 
         struct block_iq2_s { f16 d; u8 qs[64]; u8 qh[8]; u8 scales[8]; };
         w = d * (0.5 + s) * 0.25 * grid[index][j] * sign
@@ -500,7 +497,7 @@ def dequantize_iq2_s(blocks):
     [n, 82] -> [n, 256]
     """
     n = blocks.shape[0]
-    step = _iq2_steps(_f16(blocks, 0), blocks[:, 74:82])  # [n, 16, 1]
+    step = _iq2_steps(_f16(blocks, 0), _nibbles(blocks[:, 74:82], 1))  # [n, 8] -> [n, 16] -> [n, 16, 1]
     high = (blocks[:, 66:74, None] >> np.array([0, 2, 4, 6], dtype=np.uint8)) & 3  # [n, 8] -> [n, 8, 4]
     index = blocks[:, 2:34].astype(np.uint16) | (high.reshape(n, 32).astype(np.uint16) << 8)  # [n, 32], 0..1023
     levels = IQ2S_GRID[index].reshape(n, 16, 16)  # [n, 32] -> [n, 32, 8] -> [n, 16, 16]
