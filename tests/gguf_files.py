@@ -7,9 +7,8 @@ transposed, a layer's experts merged into one tensor, Falcon's q/k/v rows regrou
 stacked); each architecture's metadata keys are those its converter class writes (cited where they are written).
 The matrices are stored in `qtype`: through
 `gguf.quants.quantize` where it can (QUANTISABLE: F32 to Q5_1, TQ1_0, TQ2_0, MXFP4); the others (the K-quants,
-IQ4_NL, IQ4_XS, NVFP4), which it cannot quantise, are *replaced* by random valid blocks (`random_blocks`): the
-file then defines the model, and
-transformers reads the same file. Vectors (norms, biases) stay F32, as the converter keeps them.
+IQ4_NL, IQ4_XS, NVFP4, the codebook types), which it cannot quantise, are *replaced* by random valid blocks
+(`random_blocks`): the file then defines the model, and transformers reads the same file. Vectors (norms, biases) stay F32, as the converter keeps them.
 
 `random_blocks(type, n)` builds blocks of any type with finite scales, for the dequantisers' tests.
 """
@@ -30,14 +29,19 @@ from gguf import GGMLQuantizationType as T
 LEGACY = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1")
 K_QUANTS = ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
 NEWER = ("IQ4_NL", "IQ4_XS", "TQ1_0", "TQ2_0", "MXFP4", "NVFP4")  # a non-linear grid, ternary weights, 4-bit floats
-ALL_TYPES = LEGACY + K_QUANTS + NEWER
+CODEBOOK = ("IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_S", "IQ1_M")  # codes index iq_grids' tables
+ALL_TYPES = LEGACY + K_QUANTS + NEWER + CODEBOOK
 QUANTISABLE = LEGACY + ("TQ1_0", "TQ2_0", "MXFP4")  # the types gguf.quants.quantize writes
 
 # byte offset of each float16 field in a block, and the value scale it gets (the weights then have |w| ~ 0.1-1)
 F16_FIELDS = {"Q8_0": {0: 0.01}, "Q4_0": {0: 0.05}, "Q4_1": {0: 0.05, 2: 0.3}, "Q5_0": {0: 0.03},
               "Q5_1": {0: 0.03, 2: 0.3}, "Q2_K": {80: 0.02, 82: 0.02}, "Q3_K": {108: 0.01},
               "Q4_K": {0: 0.002, 2: 0.002}, "Q5_K": {0: 0.001, 2: 0.001}, "Q6_K": {208: 0.0005},
-              "IQ4_NL": {0: 0.005}, "IQ4_XS": {0: 0.0002}, "TQ1_0": {52: 0.5}, "TQ2_0": {64: 0.3}}
+              "IQ4_NL": {0: 0.005}, "IQ4_XS": {0: 0.0002}, "TQ1_0": {52: 0.5}, "TQ2_0": {64: 0.3},
+              "IQ2_XXS": {0: 0.005}, "IQ2_XS": {0: 0.005}, "IQ2_S": {0: 0.005}, "IQ3_XXS": {0: 0.002},
+              "IQ3_S": {0: 0.002}, "IQ1_S": {0: 0.05}}
+# IQ1_M's float16 d is split in four: its nibbles are the top nibbles of the block's last four u16 (bytes 48-55)
+SPLIT_F16 = {"IQ1_M": (48, 0.05)}
 # the one-byte scales, (first byte, end, lowest byte value, highest + 1): MXFP4's E8M0 exponent e means 2^(e - 128)
 # per code unit (codes up to 12), so 122..125 give 2^-6..2^-3; NVFP4's UE4M3 bytes 0x18..0x2F have exponent
 # fields 3..5, (1 to 1.875) x 2^-5..2^-3 per code unit
@@ -45,8 +49,8 @@ BYTE_FIELDS = {"MXFP4": (0, 1, 122, 126), "NVFP4": (0, 4, 0x18, 0x30)}
 
 
 def random_blocks(type_name: str, n_blocks: int, seed: int = 0) -> np.ndarray:
-    """`n_blocks` valid blocks of `type_name`: random bytes, each scale (F16_FIELDS, BYTE_FIELDS) a finite
-    positive value.  -> [n_blocks, bytes per block] (uint8)"""
+    """`n_blocks` valid blocks of `type_name`: random bytes, each scale (F16_FIELDS, BYTE_FIELDS, SPLIT_F16) a
+    finite positive value.  -> [n_blocks, bytes per block] (uint8)"""
     _, block_bytes = gguf.GGML_QUANT_SIZES[T[type_name]]
     rng = np.random.default_rng(seed)
     blocks = rng.integers(0, 256, size=(n_blocks, block_bytes), dtype=np.uint8)
@@ -56,6 +60,12 @@ def random_blocks(type_name: str, n_blocks: int, seed: int = 0) -> np.ndarray:
     if type_name in BYTE_FIELDS:
         start, end, low, high = BYTE_FIELDS[type_name]
         blocks[:, start:end] = rng.integers(low, high, size=(n_blocks, end - start), dtype=np.uint8)
+    if type_name in SPLIT_F16:
+        start, scale = SPLIT_F16[type_name]
+        bits = (scale * rng.uniform(0.5, 1.5, size=(n_blocks, 1))).astype(np.float16).view(np.uint16)  # [n, 1]
+        words = blocks[:, start:start + 8].view(np.uint16) & 0x0FFF  # [n, 4]: the rest of each u16 kept
+        nibbles = (bits >> np.array([0, 4, 8, 12], dtype=np.uint16)) & 0xF  # [n, 4]: d's bits 4k..4k+3
+        blocks[:, start:start + 8] = (words | (nibbles << 12)).view(np.uint8)
     return blocks
 
 
