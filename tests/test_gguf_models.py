@@ -60,6 +60,7 @@ FAMILIES = {  # name: (transformers config class, fields, norm offset, read by t
     "phi": ("PhiConfig", dict(intermediate_size=1024, num_key_value_heads=4, partial_rotary_factor=0.375), 0.0,
             False),
     "gpt_neox": ("GPTNeoXConfig", dict(rotary_pct=0.25), 0.0, False),  # Pythia's: parallel, q/k/v per head
+    "gpt_neox_sequential": ("GPTNeoXConfig", dict(rotary_pct=0.25, use_parallel_residual=False), 0.0, False),
     "olmo2": ("Olmo2Config", {}, 0.0, False),
     "granite": ("GraniteConfig", dict(embedding_multiplier=12.0, residual_multiplier=0.22,  # Granite 3's
                                       attention_multiplier=0.0078125, logits_scaling=8.0), 0.0, False),
@@ -160,7 +161,8 @@ def test_the_q_k_permutation_must_be_undone(gguf_file, checkpoint, family, monke
 
 
 @pytest.mark.parametrize("family, qtype", [("llama", "Q4_K"), ("phi3", "Q8_0"), ("qwen2_moe", "Q5_1"),
-                                           ("gpt2", "Q6_K"), ("gemma", "Q4_1"), ("llama", "IQ4_XS")])
+                                           ("gpt2", "Q6_K"), ("gemma", "Q4_1"), ("llama", "IQ4_XS"),
+                                           ("falcon40b", "Q5_0"), ("gpt_neox", "Q4_0")])
 def test_weights_kept_quantised_give_the_same_logits(gguf_file, family, qtype):
     path, ids = gguf_file(family, qtype), prompt_ids(16)
     dequantised, kept = tinyinfer.load(path), tinyinfer.load(path, keep_quantized=True)
