@@ -65,6 +65,8 @@ FAMILIES = {  # name: (transformers config class, fields, norm offset, read by t
     "granite": ("GraniteConfig", dict(embedding_multiplier=12.0, residual_multiplier=0.22,  # Granite 3's
                                       attention_multiplier=0.0078125, logits_scaling=8.0), 0.0, False),
     "smollm3": ("SmolLM3Config", dict(num_hidden_layers=4), 0.0, False),  # layer 3 without RoPE
+    "cohere": ("CohereConfig", dict(logit_scale=0.8), 0.0, False),  # Command-R's; RoPE on neighbouring pairs
+    "cohere_qk_norm": ("CohereConfig", dict(logit_scale=0.8, use_qk_norm=True), 0.0, False),  # Command-R+'s
 }
 # The fields of SHAPE a config class takes, where not all (Falcon's head_dim is a property, its KV heads its own)
 SHAPE_FIELDS = {"gpt2": ("vocab_size", "bos_token_id", "eos_token_id"),
