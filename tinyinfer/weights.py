@@ -38,6 +38,7 @@ from typing import Callable
 
 import numpy as np
 
+from tinyinfer import fp8
 from tinyinfer.config import Config
 from tinyinfer.errors import TinyInferError
 from tinyinfer.llama2c import interleaved_to_half
@@ -47,9 +48,16 @@ from tinyinfer.safetensors_io import Checkpoint
 Getter = Callable[..., np.ndarray]
 
 
-def tensor_getter(checkpoint: Checkpoint, dtype, strip_prefixes: tuple[str, ...] = ()) -> Getter:
-    """`get(name, shape)`: the tensor `name` as `dtype`, after checking it exists and has `shape`."""
+def tensor_getter(checkpoint: Checkpoint, dtype, strip_prefixes: tuple[str, ...] = (),
+                  quantization: dict | None = None) -> Getter:
+    """`get(name, shape)`: the tensor `name` as `dtype`, after checking it exists and has `shape`.
+
+    `quantization`: config.json's quantization_config as checked at load (Config.quantization_config). Under
+    "fp8" each FP8 tensor is read times its block scales (tinyinfer/fp8.py); the scales themselves (`name` +
+    "_scale_inv") and activation scales are never asked for by name, and the unquantised tensors read as usual.
+    """
     names = set(checkpoint.names())
+    is_fp8 = quantization is not None and quantization["quant_method"] == "fp8"
 
     def find(name: str) -> str:
         for prefix in ("",) + strip_prefixes:
@@ -62,6 +70,8 @@ def tensor_getter(checkpoint: Checkpoint, dtype, strip_prefixes: tuple[str, ...]
         found = checkpoint.shape(full)
         if found != tuple(shape):
             raise TinyInferError(f"tensor {full!r} has shape {list(found)}, expected {list(shape)} from config.json")
+        if is_fp8 and checkpoint.dtype(full).startswith("F8_"):
+            return fp8.read_weight(checkpoint, full, quantization["weight_block_size"]).astype(dtype, copy=False)
         return checkpoint.get(full, dtype)
 
     get.has = lambda name: any(prefix + name in names for prefix in ("",) + strip_prefixes)  # layout probes

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tinyinfer import fp8
 from tinyinfer.config import Config, check_hf_sizes, read_json
 from tinyinfer.errors import TinyInferError
 from tinyinfer.families import (cohere, cohere2, deepseek_v2, deepseek_v3, falcon, gemma, gemma2, gemma3_text,
@@ -73,6 +74,9 @@ FAMILIES: dict[str, Family] = {family.model_type: family for family in (
 # model_types whose config.json wraps one of a family's: model_type -> the inner config.json
 WRAPPERS = {"gemma3": gemma3_text.text_config}  # Gemma 3 4B and larger: a vision tower beside the text model
 
+# The quantised formats read at load, dequantised to floats: quant_method -> the check of its quantization_config
+DEQUANTISED = {"fp8": fp8.check_config}  # transformers' fine-grained FP8 (Qwen3-*-FP8, DeepSeek-V3)
+
 # What to do instead, for the quantised formats known to ship as a model's main files
 QUANTIZATION_FIXES = {
     "mxfp4": "gpt-oss's Hub files store the experts in MXFP4 (4-bit floats); convert the checkpoint to bf16 first: "
@@ -94,10 +98,7 @@ def config_from_hf(c: dict) -> Config:
         return config_from_hf(WRAPPERS[model_type](c))
     if model_type not in FAMILIES:
         raise TinyInferError(f"config.json: model_type {model_type!r} is not supported; supported: {', '.join(FAMILIES)}")
-    if c.get("quantization_config"):
-        method = c["quantization_config"].get("quant_method", "unknown")
-        raise TinyInferError(f"config.json: weights quantised with {method!r} are not supported; "
-                             + QUANTIZATION_FIXES.get(method, "use an fp32, fp16 or bf16 checkpoint of the model"))
+    quantization = read_quantization(c.get("quantization_config"))
     check_hf_sizes(c)
     family = FAMILIES[model_type]
     try:
@@ -111,8 +112,20 @@ def config_from_hf(c: dict) -> Config:
     return Config(
         model_type=model_type, **fields, bos_token_id=c.get("bos_token_id"),
         eos_token_ids=list(eos) if isinstance(eos, list) else ([] if eos is None else [eos]),
-        torch_dtype=c.get("dtype") or c.get("torch_dtype"),
+        torch_dtype=c.get("dtype") or c.get("torch_dtype"), quantization_config=quantization,
     )
+
+
+def read_quantization(qc) -> dict | None:
+    """config.json's quantization_config, checked by its method's reader (DEQUANTISED); other methods refused."""
+    if not qc:
+        return None
+    method = qc.get("quant_method", "unknown") if isinstance(qc, dict) else "unknown"
+    if method not in DEQUANTISED:
+        raise TinyInferError(f"config.json: weights quantised with {method!r} are not supported (supported: "
+                             f"{', '.join(DEQUANTISED)}); "
+                             + QUANTIZATION_FIXES.get(method, "use an fp32, fp16 or bf16 checkpoint of the model"))
+    return DEQUANTISED[method](qc)
 
 
 def load_hf_config(folder: Path) -> Config:
@@ -132,7 +145,7 @@ def load_params(checkpoint: Checkpoint, cfg: Config, dtype=np.float32) -> dict:
     if cfg.model_type not in FAMILIES:
         raise TinyInferError(f"no weight mapping for model_type {cfg.model_type!r}; supported: {', '.join(sorted(FAMILIES))}")
     family = FAMILIES[cfg.model_type]
-    return family.load_params(tensor_getter(checkpoint, dtype, family.strip_prefixes), cfg)
+    return family.load_params(tensor_getter(checkpoint, dtype, family.strip_prefixes, cfg.quantization_config), cfg)
 
 
 def untie_if_the_file_disagrees(checkpoint: Checkpoint, cfg: Config) -> Config:
@@ -143,7 +156,7 @@ def untie_if_the_file_disagrees(checkpoint: Checkpoint, cfg: Config) -> Config:
     (save_pretrained drops the duplicate), or both equal (converted PyTorch files): those stay tied.
     """
     family = FAMILIES[cfg.model_type]
-    get = tensor_getter(checkpoint, np.float32, family.strip_prefixes)
+    get = tensor_getter(checkpoint, np.float32, family.strip_prefixes, cfg.quantization_config)
     head, embedding = first_present(get, family.head_names), family.embedding_name
     if not (cfg.tie_word_embeddings and get.has(head) and get.has(embedding)):
         return cfg
