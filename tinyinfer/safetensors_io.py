@@ -43,7 +43,8 @@ def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
 
 
 class SafetensorsFile:
-    """One memory-mapped .safetensors file: `names()`, `shape(name)`, `dtype(name)`, `get(name) -> float32`."""
+    """One memory-mapped .safetensors file: `names()`, `shape(name)`, `dtype(name)`, `raw(name)` (as stored),
+    `get(name) -> float32`."""
 
     def __init__(self, path: Path):
         self.path = Path(path)
@@ -109,6 +110,10 @@ class SafetensorsFile:
 
     def shape(self, name: str) -> tuple[int, ...]:
         return tuple(self.header[name]["shape"])
+
+    def dtype(self, name: str) -> str:
+        """The stored dtype's name: "BF16", "U8", ..."""
+        return self.header[name]["dtype"]
 
     def raw(self, name: str) -> np.ndarray:
         """The tensor as stored (BF16 as uint16 bits), a read-only view into the mapped file."""
@@ -191,6 +196,12 @@ class Checkpoint:
 
     def shape(self, name: str) -> tuple[int, ...]:
         return self._file(name).shape(name)
+
+    def dtype(self, name: str) -> str:
+        return self._file(name).dtype(name)
+
+    def raw(self, name: str) -> np.ndarray:
+        return self._file(name).raw(name)
 
     def get(self, name: str, dtype=np.float32) -> np.ndarray:
         return self._file(name).get(name, dtype)

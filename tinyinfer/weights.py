@@ -48,7 +48,10 @@ Getter = Callable[..., np.ndarray]
 
 
 def tensor_getter(checkpoint: Checkpoint, dtype, strip_prefixes: tuple[str, ...] = ()) -> Getter:
-    """`get(name, shape)`: the tensor `name` as `dtype`, after checking it exists and has `shape`."""
+    """`get(name, shape)`: the tensor `name` as `dtype`, after checking it exists and has `shape`.
+    `get.has(name)`: whether the file holds it. `get.codes(name, shape, layout)`: a tensor of bytes as stored (a
+    view of the file: quantised codes or scales, laid out as `layout` says), for a loader that decodes it itself,
+    into `get.dtype` (`dtype`)."""
     names = set(checkpoint.names())
 
     def find(name: str) -> str:
@@ -64,7 +67,17 @@ def tensor_getter(checkpoint: Checkpoint, dtype, strip_prefixes: tuple[str, ...]
             raise TinyInferError(f"tensor {full!r} has shape {list(found)}, expected {list(shape)} from config.json")
         return checkpoint.get(full, dtype)
 
+    def codes(name: str, shape: tuple[int, ...], layout: str) -> np.ndarray:
+        full = find(name)
+        found, stored = checkpoint.shape(full), checkpoint.dtype(full)
+        if found != tuple(shape) or stored != "U8":
+            raise TinyInferError(f"tensor {full!r} is {stored} {list(found)}, expected U8 {list(shape)} from "
+                                 f"config.json ({layout}); the file does not match its config.json: re-download it, "
+                                 "or re-export it from the original checkpoint")
+        return checkpoint.raw(full)
+
     get.has = lambda name: any(prefix + name in names for prefix in ("",) + strip_prefixes)  # layout probes
+    get.dtype, get.codes = dtype, codes
     return get
 
 

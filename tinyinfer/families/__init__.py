@@ -73,13 +73,6 @@ FAMILIES: dict[str, Family] = {family.model_type: family for family in (
 # model_types whose config.json wraps one of a family's: model_type -> the inner config.json
 WRAPPERS = {"gemma3": gemma3_text.text_config}  # Gemma 3 4B and larger: a vision tower beside the text model
 
-# What to do instead, for the quantised formats known to ship as a model's main files
-QUANTIZATION_FIXES = {
-    "mxfp4": "gpt-oss's Hub files store the experts in MXFP4 (4-bit floats); convert the checkpoint to bf16 first: "
-             "transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16, "
-             "quantization_config=transformers.Mxfp4Config(dequantize=True)).save_pretrained(out)",
-}
-
 
 def family_of(model_type: str) -> Family:
     if model_type not in FAMILIES:
@@ -94,12 +87,9 @@ def config_from_hf(c: dict) -> Config:
         return config_from_hf(WRAPPERS[model_type](c))
     if model_type not in FAMILIES:
         raise TinyInferError(f"config.json: model_type {model_type!r} is not supported; supported: {', '.join(FAMILIES)}")
-    if c.get("quantization_config"):
-        method = c["quantization_config"].get("quant_method", "unknown")
-        raise TinyInferError(f"config.json: weights quantised with {method!r} are not supported; "
-                             + QUANTIZATION_FIXES.get(method, "use an fp32, fp16 or bf16 checkpoint of the model"))
-    check_hf_sizes(c)
     family = FAMILIES[model_type]
+    check_quantization(c, family)
+    check_hf_sizes(c)
     try:
         fields = family.read_config({**family.defaults, **c})
     except KeyError as e:
@@ -113,6 +103,21 @@ def config_from_hf(c: dict) -> Config:
         eos_token_ids=list(eos) if isinstance(eos, list) else ([] if eos is None else [eos]),
         torch_dtype=c.get("dtype") or c.get("torch_dtype"),
     )
+
+
+def check_quantization(c: dict, family: Family) -> None:
+    """A quantised checkpoint (config.json's quantization_config) loads when its family's loader reads the method
+    (gpt-oss's MXFP4 experts: families/gpt_oss.py); any other is refused by name."""
+    quantization = c.get("quantization_config")
+    if not quantization:
+        return
+    method = quantization.get("quant_method", "unknown") if isinstance(quantization, dict) else "unknown"
+    if method in family.quantizations:
+        return
+    readers = [f.model_type for f in FAMILIES.values() if method in f.quantizations]
+    where = f" by {family.model_type} (tinyinfer reads them for {', '.join(readers)})" if readers else ""
+    raise TinyInferError(f"config.json: weights quantised with {method!r} are not supported{where}; use an fp32, "
+                         "fp16 or bf16 checkpoint of the model")
 
 
 def load_hf_config(folder: Path) -> Config:
