@@ -3,11 +3,12 @@
 `write_gguf(folder, path, arch, qtype)` converts a tiny Hugging Face checkpoint (tests/tiny_models.py) as llama.cpp's
 convert_hf_to_gguf.py does: metadata keys under the architecture's name, llama.cpp's tensor names, and its
 re-layouts (Llama's q/k rows permuted for its rotary convention, 1 added to Gemma's norms, GPT-2's Conv1D weights
-transposed, a layer's experts merged into one tensor). The matrices are stored in `qtype`: through
+transposed, a layer's experts merged into one tensor, Falcon's q/k/v rows regrouped, StableLM 2's per-head norms
+stacked); each architecture's metadata keys are those its converter class writes (cited where they are written).
+The matrices are stored in `qtype`: through
 `gguf.quants.quantize` where it can (QUANTISABLE: F32 to Q5_1, TQ1_0, TQ2_0, MXFP4); the others (the K-quants,
-IQ4_NL, IQ4_XS, NVFP4), which it cannot quantise, are *replaced* by random valid blocks (`random_blocks`): the
-file then defines the model, and
-transformers reads the same file. Vectors (norms, biases) stay F32, as the converter keeps them.
+IQ4_NL, IQ4_XS, NVFP4, the codebook types), which it cannot quantise, are *replaced* by random valid blocks
+(`random_blocks`): the file then defines the model, and transformers reads the same file. Vectors (norms, biases) stay F32, as the converter keeps them.
 
 `random_blocks(type, n)` builds blocks of any type with finite scales, for the dequantisers' tests.
 """
@@ -28,14 +29,19 @@ from gguf import GGMLQuantizationType as T
 LEGACY = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1")
 K_QUANTS = ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
 NEWER = ("IQ4_NL", "IQ4_XS", "TQ1_0", "TQ2_0", "MXFP4", "NVFP4")  # a non-linear grid, ternary weights, 4-bit floats
-ALL_TYPES = LEGACY + K_QUANTS + NEWER
+CODEBOOK = ("IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_S", "IQ1_M")  # codes index iq_grids' tables
+ALL_TYPES = LEGACY + K_QUANTS + NEWER + CODEBOOK
 QUANTISABLE = LEGACY + ("TQ1_0", "TQ2_0", "MXFP4")  # the types gguf.quants.quantize writes
 
 # byte offset of each float16 field in a block, and the value scale it gets (the weights then have |w| ~ 0.1-1)
 F16_FIELDS = {"Q8_0": {0: 0.01}, "Q4_0": {0: 0.05}, "Q4_1": {0: 0.05, 2: 0.3}, "Q5_0": {0: 0.03},
               "Q5_1": {0: 0.03, 2: 0.3}, "Q2_K": {80: 0.02, 82: 0.02}, "Q3_K": {108: 0.01},
               "Q4_K": {0: 0.002, 2: 0.002}, "Q5_K": {0: 0.001, 2: 0.001}, "Q6_K": {208: 0.0005},
-              "IQ4_NL": {0: 0.005}, "IQ4_XS": {0: 0.0002}, "TQ1_0": {52: 0.5}, "TQ2_0": {64: 0.3}}
+              "IQ4_NL": {0: 0.005}, "IQ4_XS": {0: 0.0002}, "TQ1_0": {52: 0.5}, "TQ2_0": {64: 0.3},
+              "IQ2_XXS": {0: 0.005}, "IQ2_XS": {0: 0.005}, "IQ2_S": {0: 0.005}, "IQ3_XXS": {0: 0.002},
+              "IQ3_S": {0: 0.002}, "IQ1_S": {0: 0.05}}
+# IQ1_M's float16 d is split in four: its nibbles are the top nibbles of the block's last four u16 (bytes 48-55)
+SPLIT_F16 = {"IQ1_M": (48, 0.05)}
 # the one-byte scales, (first byte, end, lowest byte value, highest + 1): MXFP4's E8M0 exponent e means 2^(e - 128)
 # per code unit (codes up to 12), so 122..125 give 2^-6..2^-3; NVFP4's UE4M3 bytes 0x18..0x2F have exponent
 # fields 3..5, (1 to 1.875) x 2^-5..2^-3 per code unit
@@ -43,8 +49,8 @@ BYTE_FIELDS = {"MXFP4": (0, 1, 122, 126), "NVFP4": (0, 4, 0x18, 0x30)}
 
 
 def random_blocks(type_name: str, n_blocks: int, seed: int = 0) -> np.ndarray:
-    """`n_blocks` valid blocks of `type_name`: random bytes, each scale (F16_FIELDS, BYTE_FIELDS) a finite
-    positive value.  -> [n_blocks, bytes per block] (uint8)"""
+    """`n_blocks` valid blocks of `type_name`: random bytes, each scale (F16_FIELDS, BYTE_FIELDS, SPLIT_F16) a
+    finite positive value.  -> [n_blocks, bytes per block] (uint8)"""
     _, block_bytes = gguf.GGML_QUANT_SIZES[T[type_name]]
     rng = np.random.default_rng(seed)
     blocks = rng.integers(0, 256, size=(n_blocks, block_bytes), dtype=np.uint8)
@@ -54,6 +60,12 @@ def random_blocks(type_name: str, n_blocks: int, seed: int = 0) -> np.ndarray:
     if type_name in BYTE_FIELDS:
         start, end, low, high = BYTE_FIELDS[type_name]
         blocks[:, start:end] = rng.integers(low, high, size=(n_blocks, end - start), dtype=np.uint8)
+    if type_name in SPLIT_F16:
+        start, scale = SPLIT_F16[type_name]
+        bits = (scale * rng.uniform(0.5, 1.5, size=(n_blocks, 1))).astype(np.float16).view(np.uint16)  # [n, 1]
+        words = blocks[:, start:start + 8].view(np.uint16) & 0x0FFF  # [n, 4]: the rest of each u16 kept
+        nibbles = (bits >> np.array([0, 4, 8, 12], dtype=np.uint16)) & 0xF  # [n, 4]: d's bits 4k..4k+3
+        blocks[:, start:start + 8] = (words | (nibbles << 12)).view(np.uint8)
     return blocks
 
 
@@ -78,46 +90,67 @@ LLAMA_NAMES = {"input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q", "se
                "mlp.gate": "ffn_gate_inp", "mlp.shared_expert.gate_proj": "ffn_gate_shexp",
                "mlp.shared_expert.up_proj": "ffn_up_shexp", "mlp.shared_expert.down_proj": "ffn_down_shexp",
                "mlp.shared_expert_gate": "ffn_gate_inp_shexp", "block_sparse_moe.gate": "ffn_gate_inp",
-               "self_attn.qkv_proj": "attn_qkv", "mlp.gate_up_proj": "ffn_up"}
+               "self_attn.qkv_proj": "attn_qkv", "mlp.gate_up_proj": "ffn_up",
+               "mlp.c_fc": "ffn_up", "mlp.c_proj": "ffn_down",  # starcoder2
+               "self_attn.q_layernorm": "attn_q_norm", "self_attn.k_layernorm": "attn_k_norm"}  # stablelm, stacked
 GEMMA2_NAMES = LLAMA_NAMES | {"post_attention_layernorm": "post_attention_norm",
                               "pre_feedforward_layernorm": "ffn_norm", "post_feedforward_layernorm": "post_ffw_norm"}
 TOP_NAMES = {"model.embed_tokens": "token_embd", "model.norm": "output_norm", "lm_head": "output"}
 GPT2_NAMES = {"ln_1": "attn_norm", "attn.c_attn": "attn_qkv", "attn.c_proj": "attn_output", "ln_2": "ffn_norm",
               "mlp.c_fc": "ffn_up", "mlp.c_proj": "ffn_down"}
 GPT2_TOP = {"wte": "token_embd", "wpe": "position_embd", "ln_f": "output_norm"}
+# gguf.tensor_mapping: input_layernorm (falcon7b) and ln_mlp (falcon40b) are attn_norm, ln_attn is attn_norm_2
+FALCON_NAMES = {"input_layernorm": "attn_norm", "ln_mlp": "attn_norm", "ln_attn": "attn_norm_2",
+                "self_attention.query_key_value": "attn_qkv", "self_attention.dense": "attn_output",
+                "mlp.dense_h_to_4h": "ffn_up", "mlp.dense_4h_to_h": "ffn_down"}
+FALCON_TOP = {"word_embeddings": "token_embd", "ln_f": "output_norm", "lm_head": "output"}
+LAYER_NAMES = {"gpt2": GPT2_NAMES, "falcon": FALCON_NAMES, "gemma2": GEMMA2_NAMES, "gemma3_text": GEMMA2_NAMES}
+TOP = {"gpt2": GPT2_TOP, "falcon": FALCON_TOP}
+LAYER = re.compile(r"(?:model\.layers|h)\.(\d+)\.(.+)\.(weight|bias)")
+PER_HEAD_NORM = re.compile(r"(model\.layers\.\d+\.self_attn\.[qk]_layernorm)\.norms\.(\d+)\.weight")
 EXPERT = re.compile(r"(model\.layers\.\d+\.(?:mlp|block_sparse_moe)\.experts)\.(\d+)\.(\w+)\.weight")
 EXPERT_NAMES = {"gate_proj": "ffn_gate_exps", "up_proj": "ffn_up_exps", "down_proj": "ffn_down_exps",
                 "w1": "ffn_gate_exps", "w3": "ffn_up_exps", "w2": "ffn_down_exps"}
 GGUF_ARCH = {"llama": "llama", "mistral": "llama", "mixtral": "llama", "qwen2": "qwen2", "qwen3": "qwen3",
              "qwen2_moe": "qwen2moe", "qwen3_moe": "qwen3moe", "gemma": "gemma", "gemma2": "gemma2",
-             "gemma3_text": "gemma3", "phi3": "phi3", "gpt2": "gpt2"}
+             "gemma3_text": "gemma3", "phi3": "phi3", "gpt2": "gpt2", "falcon": "falcon", "stablelm": "stablelm",
+             "starcoder2": "starcoder2"}
 
 
 def gguf_name(hf: str, model_type: str) -> str:
     """llama.cpp's name for a family's tensor name."""
     hf = hf.removeprefix("transformer.")
-    if model_type == "gpt2":
-        if m := re.fullmatch(r"h\.(\d+)\.(.+)\.(weight|bias)", hf):
-            return f"blk.{m[1]}.{GPT2_NAMES[m[2]]}.{m[3]}"
-        base, kind = hf.rsplit(".", 1)
-        return f"{GPT2_TOP[base]}.{kind}"
-    names = GEMMA2_NAMES if model_type in ("gemma2", "gemma3_text") else LLAMA_NAMES
-    if m := re.fullmatch(r"model\.layers\.(\d+)\.(.+)\.(weight|bias)", hf):
-        return f"blk.{m[1]}.{names[m[2]]}.{m[3]}"
+    if m := LAYER.fullmatch(hf):
+        return f"blk.{m[1]}.{LAYER_NAMES.get(model_type, LLAMA_NAMES)[m[2]]}.{m[3]}"
     base, kind = hf.rsplit(".", 1)
-    return f"{TOP_NAMES[base]}.{kind}"
+    return f"{TOP.get(model_type, TOP_NAMES)[base]}.{kind}"
+
+
+def falcon_qkv(w: np.ndarray, c: dict) -> np.ndarray:
+    """conversion/falcon.py FalconModel.modify_tensors: query_key_value's groups (per key/value head: its queries,
+    its key, its value) regrouped as all queries, all keys, all values. The converter takes the group count from
+    num_kv_heads (n_head_kv, else 1); here the count the checkpoint has (1 for multi-query Falcon-7B, whose
+    config.json states none: transformers' FalconConfig would fill in num_attention_heads)."""
+    heads, hd = c["num_attention_heads"], c["hidden_size"] // c["num_attention_heads"]
+    groups = c["num_kv_heads"] if c["new_decoder_architecture"] else 1 if c["multi_query"] else heads
+    qkv = w.reshape(groups, heads // groups + 2, hd, *w.shape[1:])
+    q, k, v = qkv[:, :-2], qkv[:, -2], qkv[:, -1]
+    return np.concatenate([part.reshape(-1, *w.shape[1:]) for part in (q, k, v)])
 
 
 def converted_tensors(folder: Path, c: dict) -> dict[str, np.ndarray]:
     """The checkpoint's tensors under llama.cpp's names, re-laid out as the converter does."""
     model_type = c["model_type"]
     state = safetensors.numpy.load_file(folder / "model.safetensors")
-    out, experts = {}, {}
+    out, experts, head_norms = {}, {}, {}
     for hf, w in state.items():
         w = w.astype(np.float32)
         if m := EXPERT.fullmatch(hf):
             layer = m[1].split(".")[2]
             experts.setdefault(f"blk.{layer}.{EXPERT_NAMES[m[3]]}.weight", {})[int(m[2])] = w
+            continue
+        if m := PER_HEAD_NORM.fullmatch(hf):  # conversion/stablelm.py _stack_qk_norm: [heads, hd] as one tensor
+            head_norms.setdefault(gguf_name(m[1] + ".weight", model_type), {})[int(m[2])] = w
             continue
         if hf.endswith((".attn.bias", ".attn.masked_bias")):
             continue
@@ -131,9 +164,13 @@ def converted_tensors(folder: Path, c: dict) -> dict[str, np.ndarray]:
             w = w + 1
         if model_type == "gpt2" and w.ndim == 2 and name.split(".")[-2] in GPT2_NAMES.values():
             w = w.T
+        if model_type == "falcon" and ".attn_qkv." in name:
+            w = falcon_qkv(w, c)
         if name.endswith("ffn_gate_inp_shexp.weight"):
             w = w.reshape(-1)
         out[name] = np.ascontiguousarray(w)
+    for name, by_head in head_norms.items():
+        out[name] = np.stack([by_head[h] for h in sorted(by_head)])  # [heads, hd]
     for name, by_expert in experts.items():
         out[name] = np.stack([by_expert[e] for e in sorted(by_expert)])  # [E, out, in]
     if model_type == "gpt2":
@@ -173,6 +210,9 @@ def rope_tensors(c: dict) -> dict[str, np.ndarray]:
 def add_metadata(writer: gguf.GGUFWriter, arch: str, c: dict) -> None:
     """config.json as the converter writes it."""
     writer.add_uint32(f"{arch}.vocab_size", c["vocab_size"])
+    if c["model_type"] in METADATA:
+        METADATA[c["model_type"]](writer, arch, c)
+        return
     if c["model_type"] == "gpt2":
         writer.add_uint32(f"{arch}.embedding_length", c["n_embd"])
         writer.add_uint32(f"{arch}.block_count", c["n_layer"])
@@ -219,6 +259,60 @@ def add_metadata(writer: gguf.GGUFWriter, arch: str, c: dict) -> None:
         writer.add_uint32(f"{arch}.expert_feed_forward_length", c["moe_intermediate_size"])
     if c.get("shared_expert_intermediate_size"):
         writer.add_uint32(f"{arch}.expert_shared_feed_forward_length", c["shared_expert_intermediate_size"])
+
+
+def falcon_metadata(w: gguf.GGUFWriter, arch: str, c: dict) -> None:
+    """conversion/falcon.py FalconModel.set_gguf_parameters: context length 2048 and an MLP 4 x hidden_size wide
+    whatever config.json says, head_count_kv = num_kv_heads (n_head_kv, else 1), the "jploski" q/k/v layout;
+    no RoPE base."""
+    heads = c["num_attention_heads"]
+    w.add_uint32(f"{arch}.context_length", 2048)
+    w.add_string(f"{arch}.tensor_data_layout", "jploski")
+    w.add_uint32(f"{arch}.embedding_length", c["hidden_size"])
+    w.add_uint32(f"{arch}.feed_forward_length", 4 * c["hidden_size"])
+    w.add_uint32(f"{arch}.block_count", c["num_hidden_layers"])
+    w.add_uint32(f"{arch}.attention.head_count", heads)
+    kv_heads = c["num_kv_heads"] if c["new_decoder_architecture"] else 1 if c["multi_query"] else heads  # falcon_qkv
+    w.add_uint32(f"{arch}.attention.head_count_kv", kv_heads)
+    w.add_float32(f"{arch}.attention.layer_norm_epsilon", c["layer_norm_epsilon"])
+
+
+def stablelm_metadata(w: gguf.GGUFWriter, arch: str, c: dict) -> None:
+    """conversion/stablelm.py StableLMModel.set_gguf_parameters: RoPE's width partial_rotary_factor x head_dim
+    (head_dim = hidden_size / heads), use_parallel_residual, the LayerNorm's epsilon; no RoPE base."""
+    heads = c["num_attention_heads"]
+    factor = (c.get("rope_parameters") or {}).get("partial_rotary_factor", c.get("partial_rotary_factor"))
+    w.add_uint32(f"{arch}.context_length", c["max_position_embeddings"])
+    w.add_uint32(f"{arch}.embedding_length", c["hidden_size"])
+    w.add_uint32(f"{arch}.block_count", c["num_hidden_layers"])
+    w.add_uint32(f"{arch}.feed_forward_length", c["intermediate_size"])
+    w.add_uint32(f"{arch}.rope.dimension_count", int(factor * (c["hidden_size"] // heads)))
+    w.add_uint32(f"{arch}.attention.head_count", heads)
+    w.add_uint32(f"{arch}.attention.head_count_kv", c["num_key_value_heads"])
+    w.add_bool(f"{arch}.use_parallel_residual", c.get("use_parallel_residual", True))
+    w.add_float32(f"{arch}.attention.layer_norm_epsilon", c["layer_norm_eps"])
+
+
+def text_model_metadata(w: gguf.GGUFWriter, arch: str, c: dict) -> None:
+    """conversion/base.py TextModel.set_gguf_parameters, for the classes that keep it (StarCoder2Model): the
+    fields it finds, RoPE's base from rope_parameters, norm_epsilon as the LayerNorm's epsilon; not the
+    sliding window."""
+    w.add_uint32(f"{arch}.block_count", c["num_hidden_layers"])
+    w.add_uint32(f"{arch}.context_length", c["max_position_embeddings"])
+    w.add_uint32(f"{arch}.embedding_length", c["hidden_size"])
+    w.add_uint32(f"{arch}.feed_forward_length", c["intermediate_size"])
+    w.add_uint32(f"{arch}.attention.head_count", c["num_attention_heads"])
+    w.add_uint32(f"{arch}.attention.head_count_kv", c["num_key_value_heads"])
+    if (theta := (c.get("rope_parameters") or {}).get("rope_theta")) is not None:
+        w.add_float32(f"{arch}.rope.freq_base", theta)
+    if (eps := next((c[k] for k in ("layer_norm_eps", "layer_norm_epsilon", "norm_epsilon") if c.get(k)), None)):
+        w.add_float32(f"{arch}.attention.layer_norm_epsilon", eps)
+    if c.get("head_dim") is not None:
+        w.add_uint32(f"{arch}.attention.key_length", c["head_dim"])
+        w.add_uint32(f"{arch}.attention.value_length", c["head_dim"])
+
+
+METADATA = {"falcon": falcon_metadata, "stablelm": stablelm_metadata, "starcoder2": text_model_metadata}
 
 
 def write_gguf(folder: Path, path: Path, qtype: str = "F32", seed: int = 0) -> Path:

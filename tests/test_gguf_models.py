@@ -48,14 +48,27 @@ FAMILIES = {  # name: (transformers config class, fields, norm offset, read by t
     # scaled RoPE stored as tensors (rope_freqs; rope_factors_short/_long), which transformers' reader ignores
     "llama3-rope": ("LlamaConfig", dict(rope_scaling=LLAMA3_ROPE), 0.0, False),
     "phi3-longrope": ("Phi3Config", dict(original_max_position_embeddings=32, rope_scaling=LONGROPE), 0.0, False),
+    "falcon": ("FalconConfig", {}, 0.0, True),  # Falcon-7B's block: parallel, one norm, multi-query
+    "falcon40b": ("FalconConfig", dict(new_decoder_architecture=True, num_kv_heads=2, tie_word_embeddings=False),
+                  0.0, False),  # two norms, q/k/v in 2 groups: transformers reads GGUF's q/k/v as Falcon-7B's
+    "stablelm": ("StableLmConfig", dict(use_qkv_bias=True), 0.0, True),  # StableLM 2 1.6B's
+    "stablelm2_12b": ("StableLmConfig", dict(partial_rotary_factor=0.5, use_qkv_bias=True, qk_layernorm=True,
+                                             use_parallel_residual=True), 0.0, False),  # stacked per-head norms
+    "starcoder2": ("Starcoder2Config", {}, 0.0, True),  # biases everywhere, tied
 }
+# The fields of SHAPE a config class takes, where not all (Falcon's head_dim is a property, its KV heads its own)
+SHAPE_FIELDS = {"gpt2": ("vocab_size", "bos_token_id", "eos_token_id"),
+                "falcon": ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                           "max_position_embeddings", "bos_token_id", "eos_token_id", "pad_token_id")}
+SHAPE_FIELDS["falcon40b"] = SHAPE_FIELDS["falcon"]
 # What transformers' GGUF reader does not take from the file (it has no mapping for these keys), given as the file
 # states them: qwen3's attention.key_length, the MoE expert_feed_forward_length and expert_shared_feed_forward_length,
 # gpt2's vocab_size and context_length; and llama.cpp scales Gemma 2 and 3 scores by head_dim^-1/2.
 HF_OVERRIDES = {"gemma2": dict(query_pre_attn_scalar=64), "gemma3": dict(query_pre_attn_scalar=64),
                 "qwen3": dict(head_dim=64), "qwen3_moe": dict(head_dim=64, moe_intermediate_size=256),
                 "qwen2_moe": dict(moe_intermediate_size=256, shared_expert_intermediate_size=512),
-                "gpt2": dict(vocab_size=300, n_positions=128), "phi3": dict(pad_token_id=0)}  # Phi3Config's is 32000
+                "gpt2": dict(vocab_size=300, n_positions=128), "phi3": dict(pad_token_id=0),  # Phi3Config's is 32000
+                "starcoder2": dict(vocab_size=300)}
 
 
 @pytest.fixture(scope="module")
@@ -66,8 +79,7 @@ def checkpoint(tmp_path_factory):
     def get(family: str):
         if family not in built:
             config_class, fields, offset, _ = FAMILIES[family]
-            base = {k: v for k, v in SHAPE.items() if family != "gpt2" or k in ("vocab_size", "bos_token_id",
-                                                                                 "eos_token_id")}
+            base = {k: v for k, v in SHAPE.items() if k in SHAPE_FIELDS.get(family, SHAPE)}
             built[family] = build_with_transformers(root / family, config_class, {**base, **fields},
                                                     norm_offset=offset)
         return built[family]

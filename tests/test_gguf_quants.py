@@ -3,7 +3,7 @@
 Every type on blocks made by gguf.quants.quantize where it can quantise (F32 to Q5_1, TQ1_0, TQ2_0, MXFP4), and
 on random valid blocks for every type (the others it cannot quantise; random bytes reach codes and scales a
 quantiser rarely writes); every value of the one-byte scales (FP4's E8M0 and UE4M3); weights the ternary and FP4
-types hold exactly; then every tensor of the real model. "Bit for bit" compares the float32 bit patterns, so even -0.0 and NaNs count.
+types hold exactly; the codebooks of the IQ1/IQ2/IQ3 types entry by entry; then every tensor of the real model. "Bit for bit" compares the float32 bit patterns, so even -0.0 and NaNs count.
 """
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ import gguf
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as T
-from gguf_files import ALL_TYPES, K_QUANTS, NEWER, QUANTISABLE, random_blocks, real_model_or_skip
+from gguf_files import ALL_TYPES, CODEBOOK, K_QUANTS, NEWER, QUANTISABLE, random_blocks, real_model_or_skip
 
 from tinyinfer.errors import TinyInferError
+from tinyinfer.gguf import iq_grids
 from tinyinfer.gguf.quants import DEQUANTIZERS, GGML_TYPES, dequantize, dequantize_q4_k, dequantize_q8_0, k_scales_mins
 from tinyinfer.gguf.reader import GGUFFile
 
@@ -74,8 +75,21 @@ def test_weights_on_the_grid_come_back_exactly(type_name, levels):
     np.testing.assert_array_equal(dequantize(raw.reshape(-1).view(np.uint8), type_name, w.shape), w)
 
 
+@pytest.mark.parametrize("grid, reference", [("IQ2XXS_GRID", "IQ2_XXS"), ("IQ2XS_GRID", "IQ2_XS"),
+                                             ("IQ2S_GRID", "IQ2_S"), ("IQ3XXS_GRID", "IQ3_XXS"),
+                                             ("IQ3S_GRID", "IQ3_S"), ("IQ1S_GRID", "IQ1_S")])
+def test_stored_codebooks_are_ggmls(grid, reference):
+    quant = getattr(gguf.quants, reference)
+    quant.init_grid()  # gguf's copy of ggml-common.h's table, decoded to float32
+    np.testing.assert_array_equal(getattr(iq_grids, grid), quant.grid.reshape(quant.grid_shape))
+
+
+def test_derived_sign_table_is_ksigns_iq2xs():
+    assert iq_grids.KSIGNS_IQ2XS.tobytes() == gguf.quants.IQ2_XXS.ksigns
+
+
 def test_other_types_are_refused_by_name_with_the_fix():
-    for name in ("IQ2_XXS", "IQ3_S", "IQ1_M", "Q1_0", "Q8_K", "I32"):
+    for name in ("Q1_0", "Q8_K", "Q8_1", "I32"):
         with pytest.raises(TinyInferError, match=f"{name}, which tinyinfer cannot dequantise.*K-quant.*Q8_0"):
             dequantize(np.zeros(1024, np.uint8), name, (1, 256))
 
@@ -154,7 +168,7 @@ def test_q4_k_matches_gguf_bit_for_bit():
 
 
 def test_random_blocks_are_finite_and_varied():
-    for type_name in K_QUANTS + NEWER:  # the test blocks exercise real values, not NaNs
+    for type_name in K_QUANTS + NEWER + CODEBOOK:  # the test blocks exercise real values, not NaNs
         block_weights, _ = gguf.GGML_QUANT_SIZES[T[type_name]]
         w = dequantize(random_blocks(type_name, 8).reshape(-1), type_name, (8, block_weights))
         assert np.isfinite(w).all() and 0.05 < w.std() < 1, (type_name, w.std())

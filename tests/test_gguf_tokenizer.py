@@ -11,13 +11,17 @@ import functools
 import importlib.util
 
 import pytest
+import regex
 
 from tests.conftest import shared_data
 from tinyinfer.catalogue import pulled_path
 from tinyinfer.chat import ChatTemplate
 from tinyinfer.errors import TinyInferError
+from tinyinfer.tokenizer.byte_level import BYTE_TO_CHAR
 from tinyinfer.chat import chat_template_from_gguf
-from tinyinfer.tokenizer.gguf import PRE_TOKENIZERS, merges_from_scores, stop_token_ids, tokenizer_from_gguf
+from tinyinfer.tokenizer.gguf import (ADD_BOS, IGNORE_MERGES, NOT_REGEXES, PRE_TOKENIZERS, merges_from_scores,
+                                     stop_token_ids, tokenizer_from_gguf)
+from tinyinfer.tokenizer.pre_tokenizers import build_pre_tokenizer
 
 gguf = pytest.importorskip("gguf")
 transformers = pytest.importorskip("transformers")
@@ -50,9 +54,13 @@ def hf_from_gguf(path):
 
 
 @pytest.fixture(scope="module")
-def gpt2_vocab():
-    path = shared_data(f"{VOCAB_TESTS}/ggml-vocab-gpt-2.gguf")
-    return path, tokenizer_from_gguf(gguf_metadata(path))
+def gpt2_metadata():
+    return gguf_metadata(shared_data(f"{VOCAB_TESTS}/ggml-vocab-gpt-2.gguf"))
+
+
+@pytest.fixture(scope="module")
+def gpt2_vocab(gpt2_metadata):
+    return shared_data(f"{VOCAB_TESTS}/ggml-vocab-gpt-2.gguf"), tokenizer_from_gguf(gpt2_metadata)
 
 
 @pytest.fixture(scope="module")
@@ -193,14 +201,14 @@ def test_bad_metadata_is_refused_with_the_fix(gpt2_vocab):
         tokenizer_from_gguf(spm_metadata(**{"tokenizer.ggml.bos_token_id": 999}))
 
 
-def test_pre_tokenizer_names_choose_the_split(gpt2_vocab):
+def test_pre_tokenizer_names_choose_the_split(gpt2_metadata):
     """The same vocabulary split by three of llama.cpp's pre-tokenizers: numbers whole (gpt-2), in threes
     (llama3), digit by digit (qwen2, smollm)."""
-    metadata = gguf_metadata(gpt2_vocab[0])
+    metadata = gpt2_metadata
     pieces = {}
     for name in ["gpt-2", "llama3", "qwen2", "smollm", "default", "falcon", "starcoder", "deepseek-llm", "llama-bpe"]:
         tok = tokenizer_from_gguf({**metadata, "tokenizer.ggml.pre": name})
-        pieces[name] = [tok.decode([i]) for i in tok.encode("x 12345")]
+        pieces[name] = [tok.decode([i]) for i in tok.encode("x 12345", add_special_tokens=False)]
     assert pieces["gpt-2"] == ["x", " 123", "45"]  # ' 12345' is one piece, BPE'd
     assert pieces["llama3"] == pieces["llama-bpe"] == ["x", " ", "123", "45"]
     assert pieces["qwen2"] == pieces["smollm"] == pieces["starcoder"] == ["x", " ", "1", "2", "3", "4", "5"]
@@ -228,3 +236,168 @@ def test_chat_with_the_real_model_answers_as_transformers_does(smollm2):
                           env={**os.environ, "PYTHONPATH": str(root)})
     assert done.returncode == 0, done.stderr
     assert f"> {reply}\n" in done.stdout and reply.strip()
+
+
+# The tokenizer.json regexes llama.cpp adapted its patterns from, as src/llama-vocab.cpp quotes them in comments.
+_CASE_FREE = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)"
+_UPPER, _LOWER = r"[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]", r"[\p{Ll}\p{Lm}\p{Lo}\p{M}]"
+
+
+def _cased_words(contraction: str) -> str:
+    return (rf"[^\r\n\p{{L}}\p{{N}}]?{_UPPER}*{_LOWER}+{contraction}"
+            rf"|[^\r\n\p{{L}}\p{{N}}]?{_UPPER}+{_LOWER}*{contraction}")
+
+
+ORIGINALS = {
+    "tekken": [_cased_words("") + r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"],
+    "gpt-4o": [_cased_words(_CASE_FREE + "?") + r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"],
+    "llama3": [_CASE_FREE + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"],
+    "jais-2": [_CASE_FREE + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s{512}(?!\S)"
+               r"|\s{256}(?!\S)|\s{128}(?!\S)|\s{64}(?!\S)|\s{32}(?!\S)|\s{16}(?!\S)|\s{8}(?!\S)|\s{4}(?!\S)"
+               r"|\s{1,2}(?!\S)|\s{1}"],
+    "qwen2": [_CASE_FREE + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"],
+    "grok-2": [_CASE_FREE + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"],
+    "qwen35": [_CASE_FREE + r"|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+"
+               r"|\s+(?!\S)|\s+"],
+    "minicpm5": [r"\p{N}{1,3}",
+                 _CASE_FREE + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}+| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"],
+    "seed-coder": [_CASE_FREE + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1}| ?[^\s\p{L}\p{N}\r\n]+|\s*[\r\n]+|\s+(?!\S)|\s+"],
+    "exaone-moe": [_CASE_FREE + r"|[^\r\n\p{L}\p{N}]?(?:\p{L}\p{M}*(?: \p{L}\p{M}*)*)+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]?"
+                   r"|\s*[\r\n]|\s+(?!\S)|\s+"],
+    # possessive quantifiers, which llama.cpp made greedy: the same matches, as the optional character is never a letter
+    "bailingmoe": [r"'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]"
+                   r"|\s+(?!\S)|\s+"],
+}
+# Where llama.cpp's adaptation of the cased patterns (tekken, gpt-4o) splits differently, by design of its regex
+# engine (src/unicode.cpp), which sees each non-ASCII character only as its category (one byte per letter, mark...):
+# an upper-case letter is "a letter that is not a-z", so a non-ASCII capital does not start a new word after a
+# letter (" kΩ" stays whole), and a combining mark is no letter (the Thai "แผ่น" splits at its tone mark). tinyinfer
+# follows llama.cpp, the GGUF file's production stack; texts with either are left out of the comparison below.
+CASE_OR_MARK = regex.compile(r"\p{M}|(?![A-Z])\p{L}(?=(?![A-Z])[\p{Lu}\p{Lt}])")
+SPLIT_CASES = ["HelloWorld XMLHttpRequest iPhone CamelCaseWords", "THE END, ALLCAPS WORDS; MiXeD",
+               "He'S here, we'll go, I'M, they'RE", "it's O'Neil's 'quoted'", "12345678901 3.14159 1,000,000",
+               "中文字符 日本語のテキスト 한국어", "naïve café Ünïcödé straße", "a\n\n\nb\r\n c  \n   d",
+               "x" + " " * 40 + "y\t\t z   ", "  leading and trailing  ", "tabs\tand\u3000ideographic space",
+               "emoji 👨‍👩‍👧 ok!!! ...", "path/to/file\n/usr/bin", "~~~ $$ ^^ `code` <tag>"]
+
+
+def split_texts() -> list[str]:
+    """Real text in chunks between blank lines (corpora, UTF-8-demo, German) and the hand-picked cases."""
+    unicode = [shared_data(f"unicode/{name}").read_text(encoding="utf-8") for name in ("UTF-8-demo.txt", "german.txt")]
+    texts = [*corpora(), *unicode]
+    return [chunk for text in texts for chunk in regex.split(r"(?<=\n\n)", text)] + SPLIT_CASES
+
+
+def tinyinfer_split(patterns: list[str]) -> callable:
+    steps = [{"type": "Split", "pattern": {"Regex": p}, "behavior": "Isolated", "invert": False} for p in patterns]
+    pre = build_pre_tokenizer({"type": "Sequence", "pretokenizers": steps})
+    return lambda text: pre.split([text], at_start=True)[0]
+
+
+def hf_split(patterns: list[str]) -> callable:
+    from tokenizers import Regex, pre_tokenizers
+
+    pre = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(p), behavior="isolated") for p in patterns])
+    return lambda text: [piece for piece, _ in pre.pre_tokenize_str(text)]
+
+
+@pytest.mark.parametrize("name", list(ORIGINALS))
+def test_adapted_patterns_split_as_the_tokenizer_json_originals(name):
+    """tinyinfer's split with llama.cpp's adapted patterns equals Hugging Face tokenizers' split with the original
+    regex, on real text and hand-picked cases, but for the documented CASE_OR_MARK texts of the cased patterns."""
+    ours, ref = tinyinfer_split(PRE_TOKENIZERS[name]), hf_split(ORIGINALS[name])
+    cased = name in ("tekken", "gpt-4o")
+    compared = 0
+    for text in split_texts():
+        if cased and CASE_OR_MARK.search(text):
+            continue
+        assert ours(text) == ref(text), text[:80]
+        compared += len(text)
+    assert compared > 140_000  # every corpus, not a few lines
+
+
+@pytest.mark.parametrize("name", ["tekken", "gpt-4o", "minimax-m2"])
+def test_cased_patterns_differ_from_their_originals_only_as_llamacpp_does(name):
+    ours, ref = tinyinfer_split(PRE_TOKENIZERS[name]), hf_split(ORIGINALS["tekken" if name == "tekken" else "gpt-4o"])
+    assert ours("camelCase XMLHttp") == ref("camelCase XMLHttp") == ["camel", "Case", " XMLHttp"]
+    assert ours(" kΩ") == [" kΩ"] and ref(" kΩ") == [" k", "Ω"]      # Ω is no capital to llama.cpp
+    assert ours(" v\u0307") == [" v", "\u0307"] and ref(" v\u0307") == [" v\u0307"]  # nor is a mark a letter
+    assert sum(ours(t) != ref(t) for t in split_texts()) > 0  # real text has such cases (UTF-8-demo's Greek, Thai)
+
+
+def test_every_table_pattern_splits_as_the_tokenizers_library_reads_it():
+    """Python's regex module reads every pattern of the table as Oniguruma does (Hugging Face tokenizers' engine),
+    llama.cpp's and tinyinfer's own patterns alike, on the same texts."""
+    texts = split_texts() + ["1234567 ١٢٣٤ <sentinel:12> IMGIMGABZ a\t\tb    c  d", "x~~\n~abc 3~4 $$ ^^"]
+    for patterns in {tuple(p) for p in PRE_TOKENIZERS.values()}:
+        ours, ref = tinyinfer_split(list(patterns)), hf_split(list(patterns))
+        for text in texts:
+            assert ours(text) == ref(text), (patterns[0][:40], text[:60])
+
+
+def with_whole_word(metadata: dict, word: str) -> dict:
+    """The metadata with one more token, `word` in byte-level spelling, that no merge produces."""
+    tokens = [*metadata["tokenizer.ggml.tokens"], "".join(BYTE_TO_CHAR[b] for b in word.encode())]
+    types = [*metadata["tokenizer.ggml.token_type"], 1]
+    return {**metadata, "tokenizer.ggml.tokens": tokens, "tokenizer.ggml.token_type": types}
+
+
+def hf_tokenizer(metadata: dict, patterns: list[str], ignore_merges: bool):
+    """Hugging Face tokenizers' byte-level BPE over the same vocabulary and merges, split by `patterns`."""
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
+
+    vocab = {t: i for i, t in enumerate(metadata["tokenizer.ggml.tokens"])}
+    merges = [tuple(m.split(" ")) for m in metadata["tokenizer.ggml.merges"]]
+    tok = Tokenizer(models.BPE(vocab, merges, ignore_merges=ignore_merges))
+    splits = [pre_tokenizers.Split(Regex(p), behavior="isolated") for p in patterns]
+    tok.pre_tokenizer = pre_tokenizers.Sequence([*splits, pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    types = metadata["tokenizer.ggml.token_type"]
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False)  # <|endoftext|>, matched whole as in llama.cpp
+                            for t, kind in zip(metadata["tokenizer.ggml.tokens"], types) if kind == 3])
+    return tok
+
+
+@pytest.mark.parametrize("name", ["tekken", "gpt-4o", "qwen35", "jais-2", "minicpm5", "bailingmoe", "deepseek-v3",
+                                  "chameleon", "superbpe", "glm4", "exaone4"])
+def test_new_pre_tokenizers_give_the_ids_of_the_original_tokenizer(name, gpt2_metadata):
+    """A GGUF-style vocabulary named `name` encodes as Hugging Face tokenizers does with the same vocabulary, merges,
+    the original regexes (where llama.cpp adapted them; else its own) and ignore_merges as llama.cpp sets it."""
+    metadata = with_whole_word({**gpt2_metadata, "tokenizer.ggml.pre": name}, " tinyinfer")
+    tok = tokenizer_from_gguf(metadata)
+    ref = hf_tokenizer(metadata, ORIGINALS.get(name, PRE_TOKENIZERS[name]), ignore_merges=name in IGNORE_MERGES)
+    german = shared_data("unicode/german.txt").read_text(encoding="utf-8")
+    texts = [*vocab_test_strings(), *corpora()[1:], german, *SPLIT_CASES, "we build tinyinfer with tinyinfer"]
+    for text in texts:
+        if name in ("tekken", "gpt-4o") and CASE_OR_MARK.search(text):
+            continue
+        ids = tok.encode(text, add_special_tokens=False)
+        assert ids == ref.encode(text).ids, text[:60]
+        assert tok.decode(ids) == text
+    whole = len(metadata["tokenizer.ggml.tokens"]) - 1
+    assert (tok.encode(" tinyinfer", add_special_tokens=False) == [whole]) == (name in IGNORE_MERGES)
+
+
+def test_llamacpp_flags_ignore_merges_and_bos(gpt2_metadata):
+    """tekken (Mistral Nemo) takes a word the vocabulary holds whole, even one BPE would not reach, and adds BOS
+    where the file does not say; gpt-4o does neither, as llama.cpp sets them."""
+    metadata = with_whole_word(gpt2_metadata, " tinyinfer")
+    whole, bos = len(metadata["tokenizer.ggml.tokens"]) - 1, metadata["tokenizer.ggml.bos_token_id"]
+    tekken = tokenizer_from_gguf({**metadata, "tokenizer.ggml.pre": "tekken"})
+    gpt4o = tokenizer_from_gguf({**metadata, "tokenizer.ggml.pre": "gpt-4o"})
+    assert tekken.encode("Hi tinyinfer") == [bos, *tekken.encode("Hi", add_special_tokens=False), whole]
+    ref = hf_tokenizer(metadata, ORIGINALS["gpt-4o"], ignore_merges=False)
+    assert gpt4o.encode(" tinyinfer") == ref.encode(" tinyinfer").ids
+    assert whole not in gpt4o.encode(" tinyinfer") and gpt4o.encode("Hi")[0] != bos
+    quiet = tokenizer_from_gguf({**metadata, "tokenizer.ggml.pre": "tekken", "tokenizer.ggml.add_bos_token": False})
+    assert quiet.encode("Hi") == tekken.encode("Hi", add_special_tokens=False)
+    assert IGNORE_MERGES <= set(PRE_TOKENIZERS) and ADD_BOS <= set(PRE_TOKENIZERS)
+    assert not set(NOT_REGEXES) & set(PRE_TOKENIZERS)
+
+
+@pytest.mark.parametrize("name, why", [("kimi-k2", "hand-written splitter"), ("afmoe", "digit splitter"),
+                                       ("gemma4", "raw UTF-8"), ("sarvam-moe", "byte_encode = false")])
+def test_pre_tokenizers_beyond_regexes_are_refused_with_the_fix(name, why):
+    with pytest.raises(TinyInferError, match=rf"pre-tokenizer '{name}'.*{why}.*Hugging Face folder"):
+        tokenizer_from_gguf({"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.tokens": ["a"],
+                             "tokenizer.ggml.merges": [], "tokenizer.ggml.pre": name})

@@ -10,6 +10,12 @@ blocks:
 
 What transformers itself cannot run (a new-architecture block that is not parallel, two parallel norms in the old
 one, grouped heads without the new architecture) and ALiBi are refused by name.
+
+GGUF (llama.cpp's "falcon"): llama.cpp runs every Falcon as the parallel block, attention reading attn_norm_2
+where the file has it (Falcon-40B's ln_attn) and the MLP attn_norm (ln_mlp; Falcon-7B's one input_layernorm). A
+file is read as the new architecture with `head_count_kv` groups and one or two norms: Falcon-7B's multi-query
+block is that block with one group, the same computation. The converter regrouped query_key_value's rows as all
+queries, all keys, all values; `gguf_relayout` puts them back in groups, which the loader then reorders as usual.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from tinyinfer.families.common import activation, rope
 from tinyinfer.families.family import Family
 from tinyinfer.families.llama import NORM_NAMES
 from tinyinfer.weights import Getter, biased_mlp, embedding_table, linear, norm, output_layer
+from tinyinfer.gguf.architectures import GGUFLayout, Metadata, named, rope_config
 
 DEFAULTS = dict(max_position_embeddings=2048, layer_norm_epsilon=1e-5, rope_theta=10000.0, num_kv_heads=None,
                 alibi=False, new_decoder_architecture=False, multi_query=True, parallel_attn=True, bias=False,
@@ -95,10 +102,60 @@ def qkv_rows(cfg: Config) -> np.ndarray:
     >>> qkv_rows(Config("falcon", 10, 4, 1, 2, 2, 1, 4, 8)).tolist()  # a group per head: q0 k0 v0 q1 k1 v1
     [0, 3, 1, 4, 2, 5]
     """
-    per_group = cfg.n_heads // cfg.n_kv_heads
-    heads = np.arange(cfg.n_kv_heads * (per_group + 2)).reshape(cfg.n_kv_heads, per_group + 2)  # the file's, by group
+    return grouped_qkv_rows(cfg.n_heads, cfg.n_kv_heads, cfg.head_dim)
+
+
+def grouped_qkv_rows(n_heads: int, n_kv_heads: int, head_dim: int) -> np.ndarray:
+    """`qkv_rows` from the head counts and width.  -> [(n_heads + 2 n_kv_heads) head_dim]"""
+    per_group = n_heads // n_kv_heads
+    heads = np.arange(n_kv_heads * (per_group + 2)).reshape(n_kv_heads, per_group + 2)  # the file's, by group
     order = np.concatenate([heads[:, :per_group].ravel(), heads[:, per_group], heads[:, per_group + 1]])  # q, k, v
-    return (order[:, None] * cfg.head_dim + np.arange(cfg.head_dim)).ravel()  # heads -> rows
+    return (order[:, None] * head_dim + np.arange(head_dim)).ravel()  # heads -> rows
 
 
-FAMILY = Family("falcon", DEFAULTS, read_config, load_params, embedding_name=EMBEDDING, lora_rows={"qkv": qkv_rows})
+# -- GGUF ------------------------------------------------------------------------------------------------------
+
+def gguf_config(m: Metadata, names: set) -> dict:
+    """A GGUF falcon file's config.json: the new architecture, `head_count_kv` groups, two norms where the file
+    has attn_norm_2 (see the module docstring). The converter writes context_length 2048 and 4 x hidden_size as
+    the MLP's width whatever config.json said; the tensors' shapes are checked against them at load."""
+    layout = m.get("tensor_data_layout", "jploski")
+    if layout != "jploski":
+        raise TinyInferError(f"{m.path}: falcon tensor_data_layout {layout!r} is not supported: only llama.cpp's "
+                             "'jploski' (q, k, v rows each together); convert the model again with convert_hf_to_gguf.py")
+    heads = m["attention.head_count"]
+    return {"model_type": "falcon", "hidden_size": m["embedding_length"], "num_hidden_layers": m["block_count"],
+            "num_attention_heads": heads, "num_kv_heads": m.get("attention.head_count_kv", 1),
+            "new_decoder_architecture": True, "parallel_attn": True,
+            "num_ln_in_parallel_attn": 2 if "blk.0.attn_norm_2.weight" in names else 1,
+            "ffn_hidden_size": m["feed_forward_length"], "max_position_embeddings": m["context_length"],
+            "layer_norm_epsilon": m["attention.layer_norm_epsilon"], "bias": "blk.0.attn_qkv.bias" in names,
+            "tie_word_embeddings": "output.weight" not in names} | rope_config(m)
+
+
+GGUF_LAYER = {"attn_qkv": "self_attention.query_key_value", "attn_output": "self_attention.dense",
+              "ffn_up": "mlp.dense_h_to_4h", "ffn_down": "mlp.dense_4h_to_h"}
+GGUF_TOP = {"token_embd": "transformer.word_embeddings", "output_norm": "transformer.ln_f", "output": "lm_head"}
+
+
+def gguf_tensors(c: dict) -> dict:
+    """attn_norm feeds the MLP: Falcon-40B's ln_mlp (attn_norm_2, its ln_attn, feeding attention), or the layer's
+    one norm."""
+    norms = ({"attn_norm": "ln_mlp", "attn_norm_2": "ln_attn"} if c["num_ln_in_parallel_attn"] == 2 else
+             {"attn_norm": "input_layernorm"})
+    return named(GGUF_TOP, GGUF_LAYER | norms, prefix="transformer.h.{i}.")
+
+
+def gguf_relayout(name: str, w: np.ndarray, c: dict) -> np.ndarray:
+    """query_key_value's rows (or bias) back in groups: GGUF row r is the grouped file's row qkv_rows[r]."""
+    if name != "attn_qkv":
+        return w
+    heads = c["num_attention_heads"]
+    rows = grouped_qkv_rows(heads, c["num_kv_heads"], c["hidden_size"] // heads)
+    grouped = np.empty_like(w)
+    grouped[rows] = w
+    return grouped
+
+
+FAMILY = Family("falcon", DEFAULTS, read_config, load_params, embedding_name=EMBEDDING, lora_rows={"qkv": qkv_rows},
+                gguf=GGUFLayout("falcon", gguf_config, gguf_tensors, gguf_relayout))

@@ -7,12 +7,17 @@ the way. Each family module (tinyinfer/families/) says how to go back, in a `GGU
 
     architecture  the file's general.architecture
     config        GGUF metadata -> the fields of config.json (which the family's reader then reads as usual)
-    tensors       GGUF tensor name (without .weight/.bias) -> the family's name ({i}: layer, {e}: expert)
+    tensors       GGUF tensor name (without .weight/.bias) -> the family's name ({i}: layer, {e}: one slice of a
+                  stacked tensor: an expert, or StableLM's per-head norm); or a function of the file's config.json
+                  giving that table (Falcon's attn_norm is its MLP's norm, or its layer's only one)
     relayout      undoes the converter's re-layouts on each tensor read:
         llama, mistral, mixtral: q and k rows permuted per head, from rotate-half pairs (i, i + hd/2) to
                  neighbouring pairs (2i, 2i+1), llama.cpp's rotary convention: undone by `unpermute_rows`
         gemma, gemma2, gemma3: 1 added to every norm's weight (Gemma scales by 1 + weight): subtracted
         gpt2:    Conv1D weights [in, out] transposed to [out, in]: transposed back
+        falcon:  query_key_value's rows regrouped from (per key/value head: its queries, its key, its value) to
+                 all queries, all keys, all values ("jploski" layout): put back in groups
+        stablelm: StableLM 2's per-head q/k norms stacked into one [heads, hd] tensor: cut per head (reader)
         MoE:     a layer's experts merged into one [E, out, in] tensor (ffn_gate_exps): cut per expert (reader)
 
 This module holds what the families share: the metadata view, the config fields every Llama-like file writes
@@ -61,10 +66,14 @@ class GGUFLayout:
 
     architecture: str
     config: Callable[[Metadata, set], dict]
-    tensors: Mapping[str, str]
+    tensors: Mapping[str, str] | Callable[[dict], Mapping[str, str]]
     relayout: Callable[[str, np.ndarray, dict], np.ndarray] | None = None
     reshaped: Callable[[str, tuple], tuple] = keep_shape
     experts: bool = False
+
+    def tensor_table(self, hf_config: dict) -> Mapping[str, str]:
+        """The `tensors` table of one file, whose config.json is `hf_config`."""
+        return self.tensors(hf_config) if callable(self.tensors) else self.tensors
 
 
 def named(top: dict, layer: dict, prefix: str = "model.layers.{i}.") -> dict:
@@ -99,11 +108,17 @@ def llama_like_config(m: Metadata, names: set, model_type: str) -> dict:
     c = {"model_type": model_type, "hidden_size": d, "num_hidden_layers": m["block_count"],
          "intermediate_size": m.get("feed_forward_length", 0), "num_attention_heads": heads,
          "num_key_value_heads": kv_heads, "head_dim": m.get("attention.key_length", d // heads),
-         "max_position_embeddings": m["context_length"], "rope_theta": m.get("rope.freq_base", 10000.0),
-         "rms_norm_eps": m.get("attention.layer_norm_rms_epsilon", 1e-6),
+         "max_position_embeddings": m["context_length"], "rms_norm_eps": m.get("attention.layer_norm_rms_epsilon", 1e-6),
          "tie_word_embeddings": "output.weight" not in names}
     if m.get("attention.value_length", c["head_dim"]) != c["head_dim"]:
         raise TinyInferError(f"{m.path}: keys and values of different widths are not supported")
+    return c | rope_config(m)
+
+
+def rope_config(m: Metadata) -> dict:
+    """RoPE's base (10000 where the file states none, as llama.cpp takes it) and its linear scaling; the other
+    scalings of the metadata are refused by name (the factors stored as tensors: `rope_from_tensors`)."""
+    c = {"rope_theta": m.get("rope.freq_base", 10000.0)}
     scaling = m.get("rope.scaling.type", "none")
     if scaling == "linear":
         c["rope_scaling"] = {"rope_type": "linear", "factor": m["rope.scaling.factor"]}

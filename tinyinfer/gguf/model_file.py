@@ -41,6 +41,7 @@ class GGUFCheckpoint:
 
     def __init__(self, gguf: GGUFFile, layout: GGUFLayout, hf_config: dict):
         self.gguf, self.layout, self.hf_config = gguf, layout, hf_config
+        self._table = layout.tensor_table(hf_config)
         self._sources = {}  # family name -> (GGUF name, GGUF base name, expert index or None)
         for name, info in gguf.tensors.items():
             if name.removesuffix(".weight") in ROPE_TENSORS:  # read into the config (gguf_hf_config), not a weight
@@ -49,7 +50,7 @@ class GGUFCheckpoint:
             if "{e}" not in target:
                 self._sources[target] = (name, base, None)
                 continue
-            for e in range(info.shape[0]):  # merged experts [E, out, in]: one tensor per expert
+            for e in range(info.shape[0]):  # stacked [E, ...] (merged experts [E, out, in]): one tensor per slice
                 self._sources[target.format(e=e)] = (name, base, e)
 
     def _family_name(self, name: str) -> tuple[str, str]:
@@ -57,11 +58,11 @@ class GGUFCheckpoint:
         self_attn.q_proj.weight, attn_q)."""
         layer, top = LAYER_NAME.fullmatch(name), TOP_NAME.fullmatch(name)
         key = f"blk.{{i}}.{layer[2]}" if layer else top[1] if top else None
-        if key not in self.layout.tensors:
+        if key not in self._table:
             raise TinyInferError(f"{self.gguf.path}: tensor {name!r} has no place in a {self.hf_config['model_type']} "
                                  "model: the file's architecture has parts tinyinfer does not run")
         kind = layer[3] if layer else top[2]
-        return self.layout.tensors[key].format(i=layer[1] if layer else None, e="{e}") + "." + kind, key.split(".")[-1]
+        return self._table[key].format(i=layer[1] if layer else None, e="{e}") + "." + kind, key.split(".")[-1]
 
     def names(self) -> list[str]:
         return list(self._sources)
@@ -79,7 +80,7 @@ class GGUFCheckpoint:
         gguf_name, base, expert = self._source(name)
         info = self.gguf.tensors[gguf_name]
         rows = self.gguf.rows(gguf_name)  # [rows, bytes per row]
-        if expert is not None:  # one expert's rows only: [E * out, bytes] -> [out, bytes]
+        if expert is not None:  # one slice's rows only: [E * out, bytes] -> [out, bytes]
             per_expert = rows.shape[0] // info.shape[0]
             rows = rows[expert * per_expert:(expert + 1) * per_expert]
         shape = info.shape if expert is None else info.shape[1:]

@@ -21,11 +21,18 @@ products, in the same order, as llama.cpp's reference `dequantize_row_*`: the re
 Newer types change what a code means rather than how blocks are laid out: IQ4_NL and IQ4_XS index a fixed
 non-linear grid of 16 levels; TQ1_0 and TQ2_0 store ternary weights (-d, 0, d), TQ1_0 five base-3 digits to a
 byte; MXFP4 and NVFP4 store each weight as a 4-bit float (FP4 E2M1) under a power-of-two or an FP8 scale.
-The IQ1/IQ2/IQ3 types, whose codes index codebooks of hundreds of entries, are refused by name.
+The IQ1, IQ2 and IQ3 types quantise 8 (or 4) weights at once: one code picks an entry of a fixed codebook of
+256 to 2048 patterns of levels (gguf/iq_grids.py), the signs stored apart (IQ1's levels are -1, 0, 1 shifted
+by +-1/8):
+
+    IQ2_XXS (256 weights, 66 bytes):  struct { f16 d; u16 qs[32]; }
+          8 sub-blocks of 32: w = d * (0.5 + s) * 0.25 * iq2xxs_grid[q][j] * sign[j],   4 codes of 8 bits,
+          4 sign indices of 7 bits and the 4-bit scale s in each sub-block's 8 bytes
 
 Bits per weight (bytes per block x 8 / weights per block): F32 32, F16 and BF16 16, Q8_0 8.5, Q6_K 6.5625,
 Q5_1 6, Q5_0 5.5, Q5_K 5.5, Q4_1 5, Q4_0 4.5, Q4_K 4.5, IQ4_NL 4.5, NVFP4 4.5, IQ4_XS 4.25, MXFP4 4.25,
-Q3_K 3.4375, Q2_K 2.625, TQ2_0 2.0625, TQ1_0 1.6875.
+Q3_K 3.4375, IQ3_S 3.4375, IQ3_XXS 3.0625, Q2_K 2.625, IQ2_S 2.5625, IQ2_XS 2.3125, TQ2_0 2.0625,
+IQ2_XXS 2.0625, IQ1_M 1.75, TQ1_0 1.6875, IQ1_S 1.5625.
 
     >>> block = np.array([[0x00, 0x3C] + [2, 0xFF] + [0] * 30], dtype=np.uint8)  # d = 1.0 (f16 0x3C00); q = 2, -1, 0...
     >>> dequantize_q8_0(block)[0, :3].tolist()
@@ -37,6 +44,7 @@ from __future__ import annotations
 import numpy as np
 
 from tinyinfer.errors import TinyInferError
+from tinyinfer.gguf.iq_grids import IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS
 from tinyinfer.safetensors_io import bf16_to_f32
 
 QK_K = 256  # weights per K-quant super-block
@@ -416,12 +424,178 @@ def dequantize_nvfp4(blocks):
     return (values * d).reshape(n, 64)
 
 
+# -- codebooks (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M): one code stands for 8 or 4 weights ----------
+
+IQ1S_DELTA = np.float32(0.125)  # IQ1's shift of its levels -1, 0, 1, up or down by a sign bit
+
+
+def _signs(bytes_):
+    """One sign bit per weight, bit j of byte b for weight 8 b + j (ggml's kmask_iq2xs), set meaning minus.
+    [n, k] (uint8) -> [n, 8 k] (float32, +-1)"""
+    bits = np.unpackbits(bytes_, axis=-1, bitorder="little")  # [n, k] -> [n, 8 k]
+    return np.where(bits == 1, np.float32(-1), np.float32(1))
+
+
+def _ksigns(words):
+    """The 8 signs of each of the four 7-bit indices (bits 0-6, 7-13, 14-20, 21-27) of u32 words, read through
+    ksigns_iq2xs (the 8th sign their parity).  [n, k] (uint32) -> [n, 32 k] (float32, +-1)"""
+    n = words.shape[0]
+    index = (words[..., None] >> np.array([0, 7, 14, 21], dtype=np.uint32)) & 127  # [n, k] -> [n, k, 4]
+    return _signs(KSIGNS_IQ2XS[index].reshape(n, -1))  # [n, 4 k] sign bytes -> [n, 32 k]
+
+
+def _iq2_steps(d, s):
+    """The IQ2 types' step d * (0.5 + s) * 0.25 from 4-bit scales s, the products in ggml's order.
+    d [n, 1], s [n, k] (unsigned) -> [n, k, 1]"""
+    return (d * (np.float32(0.5) + s.astype(np.float32)) * np.float32(0.25))[..., None]
+
+
+def dequantize_iq2_xxs(blocks):
+    """IQ2_XXS, 256 weights in 66 bytes (2.0625 bits each): 8 sub-blocks of 32, each two u32 words: the bytes of
+    the first index 4 entries of iq2xxs_grid (8 magnitudes each); the second holds 4 sign indices of 7 bits
+    (_ksigns) and, in bits 28-31, the sub-block's scale s:
+
+        struct block_iq2_xxs { f16 d; u16 qs[32]; };
+        w = d * (0.5 + s) * 0.25 * grid[q][j] * sign[j]
+
+    [n, 66] -> [n, 256]
+    """
+    n = blocks.shape[0]
+    words = blocks[:, 2:66].view(np.uint32).reshape(n, 8, 2)  # [n, 64] -> [n, 8 sub-blocks, 2]
+    step = _iq2_steps(_f16(blocks, 0), words[..., 1] >> 28)  # [n, 8] -> [n, 8, 1]
+    codes = blocks[:, 2:66].reshape(n, 8, 8)[:, :, 0:4]  # [n, 8, 4]: the first word's bytes
+    levels = IQ2XXS_GRID[codes].reshape(n, 8, 32)  # [n, 8, 4] -> [n, 8, 4, 8] -> [n, 8, 32]
+    signs = _ksigns(words[..., 1]).reshape(n, 8, 32)  # [n, 8] -> [n, 256] -> [n, 8, 32]
+    return (step * levels * signs).reshape(n, QK_K)
+
+
+def dequantize_iq2_xs(blocks):
+    """IQ2_XS, 256 weights in 74 bytes (2.3125 bits): a u16 per 8 weights, its low 9 bits an entry of iq2xs_grid,
+    its high 7 a sign index (ksigns_iq2xs); a 4-bit scale s per 16 weights (scales[i]: low nibble first):
+
+        struct block_iq2_xs { f16 d; u16 qs[32]; u8 scales[8]; };
+        w = d * (0.5 + s) * 0.25 * grid[q & 511][j] * sign[j]
+
+    [n, 74] -> [n, 256]
+    """
+    n = blocks.shape[0]
+    step = _iq2_steps(_f16(blocks, 0), _nibbles(blocks[:, 66:74], 1))  # [n, 8] -> [n, 16] -> [n, 16, 1]
+    qs = blocks[:, 2:66].view(np.uint16)  # [n, 64] -> [n, 32]
+    levels = IQ2XS_GRID[qs & 511].reshape(n, 16, 16)  # [n, 32] -> [n, 32, 8] -> [n, 16, 16]
+    signs = _signs(KSIGNS_IQ2XS[qs >> 9]).reshape(n, 16, 16)  # [n, 32] -> [n, 256] -> [n, 16, 16]
+    return (step * levels * signs).reshape(n, QK_K)
+
+
+def dequantize_iq2_s(blocks):
+    """IQ2_S, 256 weights in 82 bytes (2.5625 bits): IQ2_XS with 10-bit indices into iq2s_grid and a sign bit
+    per weight, no parity. Index k (of 32, 8 weights each) is qs[k] | ((qh[k // 4] >> 2 (k % 4)) & 3) << 8; the
+    sign bits are qs[32:64] (_signs); the scales as IQ2_XS's:
+
+        struct block_iq2_s { f16 d; u8 qs[64]; u8 qh[8]; u8 scales[8]; };
+        w = d * (0.5 + s) * 0.25 * grid[index][j] * sign
+
+    [n, 82] -> [n, 256]
+    """
+    n = blocks.shape[0]
+    step = _iq2_steps(_f16(blocks, 0), _nibbles(blocks[:, 74:82], 1))  # [n, 8] -> [n, 16] -> [n, 16, 1]
+    high = (blocks[:, 66:74, None] >> np.array([0, 2, 4, 6], dtype=np.uint8)) & 3  # [n, 8] -> [n, 8, 4]
+    index = blocks[:, 2:34].astype(np.uint16) | (high.reshape(n, 32).astype(np.uint16) << 8)  # [n, 32], 0..1023
+    levels = IQ2S_GRID[index].reshape(n, 16, 16)  # [n, 32] -> [n, 32, 8] -> [n, 16, 16]
+    signs = _signs(blocks[:, 34:66]).reshape(n, 16, 16)  # [n, 32] -> [n, 256] -> [n, 16, 16]
+    return (step * levels * signs).reshape(n, QK_K)
+
+
+def dequantize_iq3_xxs(blocks):
+    """IQ3_XXS, 256 weights in 98 bytes (3.0625 bits): a byte per 4 weights, an entry of iq3xxs_grid; per
+    sub-block of 32 a u32 of 4 sign indices (_ksigns) and a 4-bit scale s in bits 28-31:
+
+        struct block_iq3_xxs { f16 d; u8 qs[3 * 256 / 8]; };   qs[0:64] the indices, qs[64:96] the 8 u32
+        w = d * (0.5 + s) * 0.5 * grid[q][j] * sign[j]
+
+    [n, 98] -> [n, 256]
+    """
+    n = blocks.shape[0]
+    d = _f16(blocks, 0)  # [n, 1]
+    words = blocks[:, 66:98].view(np.uint32)  # [n, 32] -> [n, 8]
+    s = (words >> 28).astype(np.float32)  # [n, 8]
+    step = (d * (np.float32(0.5) + s) * np.float32(0.5)).reshape(n, 8, 1)  # [n, 8, 1]
+    levels = IQ3XXS_GRID[blocks[:, 2:66]].reshape(n, 8, 32)  # [n, 64] -> [n, 64, 4] -> [n, 8, 32]
+    signs = _ksigns(words).reshape(n, 8, 32)  # [n, 8] -> [n, 256] -> [n, 8, 32]
+    return (step * levels * signs).reshape(n, QK_K)
+
+
+def dequantize_iq3_s(blocks):
+    """IQ3_S, 256 weights in 110 bytes (3.4375 bits): 9-bit indices into iq3s_grid, one per 4 weights (index k is
+    qs[k] | bit k of qh, as np.unpackbits reads it, << 8), a sign bit per weight, a 4-bit scale s per 32:
+
+        struct block_iq3_s { f16 d; u8 qs[64]; u8 qh[8]; u8 signs[32]; u8 scales[4]; };
+        w = d * (1 + 2 s) * grid[index][j] * sign
+
+    [n, 110] -> [n, 256]
+    """
+    n = blocks.shape[0]
+    d = _f16(blocks, 0)  # [n, 1]
+    s = _nibbles(blocks[:, 106:110], 1)  # [n, 4] -> [n, 8]
+    step = (d * (1 + 2 * s).astype(np.float32)).reshape(n, 8, 1)  # [n, 8, 1]: odd multiples of d
+    high = np.unpackbits(blocks[:, 66:74], axis=-1, bitorder="little").astype(np.uint16) << 8  # [n, 8] -> [n, 64]
+    levels = IQ3S_GRID[blocks[:, 2:66].astype(np.uint16) | high].reshape(n, 8, 32)  # [n, 64, 4] -> [n, 8, 32]
+    signs = _signs(blocks[:, 74:106]).reshape(n, 8, 32)  # [n, 32] -> [n, 256] -> [n, 8, 32]
+    return (step * levels * signs).reshape(n, QK_K)
+
+
+def dequantize_iq1_s(blocks):
+    """IQ1_S, 256 weights in 50 bytes (1.5625 bits): 11-bit indices into iq1s_grid (8 weights of -1, 0, 1 each),
+    shifted by +-IQ1S_DELTA. Per sub-block of 32, a u16 qh holds the high 3 bits of its 4 indices (bits 3l..3l+2
+    for qs[4 ib + l]), a 3-bit scale s (bits 12-14) and the shift's sign (bit 15, set: minus):
+
+        struct block_iq1_s { f16 d; u8 qs[32]; u16 qh[8]; };
+        w = d * (2 s + 1) * (grid[index][j] + delta)
+
+    [n, 50] -> [n, 256]
+    """
+    n = blocks.shape[0]
+    d = _f16(blocks, 0)  # [n, 1]
+    qh = blocks[:, 34:50].view(np.uint16)  # [n, 16] -> [n, 8]
+    step = (d * (2 * ((qh >> 12) & 7) + 1).astype(np.float32)).reshape(n, 8, 1)  # [n, 8, 1]
+    delta = np.where(qh & 0x8000, -IQ1S_DELTA, IQ1S_DELTA).reshape(n, 8, 1)  # [n, 8, 1]
+    high = (qh[..., None] >> np.array([0, 3, 6, 9], dtype=np.uint16)) & 7  # [n, 8] -> [n, 8, 4]
+    index = blocks[:, 2:34].astype(np.uint16) | (high.reshape(n, 32) << 8)  # [n, 32], 0..2047
+    levels = IQ1S_GRID[index].reshape(n, 8, 32)  # [n, 32] -> [n, 32, 8] -> [n, 8, 32]
+    return (step * (levels + delta)).reshape(n, QK_K)
+
+
+def dequantize_iq1_m(blocks):
+    """IQ1_M, 256 weights in 56 bytes (1.75 bits): IQ1_S's codebook, a 3-bit scale s per 16 weights, a shift sign
+    per 8. The four u16 of `scales` hold the scales in bits 0-11 (3 each) and d's 16 bits in their top nibbles
+    (scales[k] bits 12-15 are d's bits 4k..4k+3); a nibble of qh per index (low nibble first): bits 0-2 the
+    index's high bits, bit 3 the shift's sign:
+
+        struct block_iq1_m { u8 qs[32]; u8 qh[16]; u8 scales[8]; };
+        w = d * (2 s + 1) * (grid[index][j] + delta)
+
+    [n, 56] -> [n, 256]
+    """
+    n = blocks.shape[0]
+    sc = blocks[:, 48:56].view(np.uint16)  # [n, 8] -> [n, 4]
+    nibbles = (sc >> 12) << np.array([0, 4, 8, 12], dtype=np.uint16)  # [n, 4]: d's bits, in place
+    d = np.bitwise_or.reduce(nibbles, axis=-1, keepdims=True).view(np.float16).astype(np.float32)  # [n, 1]
+    s = (sc[..., None] >> np.array([0, 3, 6, 9], dtype=np.uint16)) & 7  # [n, 4] -> [n, 4, 4]
+    step = (d * (2 * s.reshape(n, 16) + 1).astype(np.float32)).reshape(n, 16, 1, 1)  # [n, 16, 1, 1]
+    qh = _nibbles(blocks[:, 32:48], 1)  # [n, 16] -> [n, 32]
+    index = blocks[:, 0:32].astype(np.uint16) | ((qh & 7).astype(np.uint16) << 8)  # [n, 32], 0..2047
+    delta = np.where(qh & 8, -IQ1S_DELTA, IQ1S_DELTA).reshape(n, 16, 2, 1)  # [n, 32] -> [n, 16, 2, 1]
+    levels = IQ1S_GRID[index].reshape(n, 16, 2, 8)  # [n, 32] -> [n, 32, 8] -> [n, 16, 2, 8]
+    return (step * (levels + delta)).reshape(n, QK_K)
+
+
 DEQUANTIZERS = {
     "F32": dequantize_f32, "F16": dequantize_f16, "BF16": dequantize_bf16,
     "Q8_0": dequantize_q8_0, "Q4_0": dequantize_q4_0, "Q4_1": dequantize_q4_1, "Q5_0": dequantize_q5_0,
     "Q5_1": dequantize_q5_1, "Q2_K": dequantize_q2_k, "Q3_K": dequantize_q3_k, "Q4_K": dequantize_q4_k,
     "Q5_K": dequantize_q5_k, "Q6_K": dequantize_q6_k, "IQ4_NL": dequantize_iq4_nl, "IQ4_XS": dequantize_iq4_xs,
     "TQ1_0": dequantize_tq1_0, "TQ2_0": dequantize_tq2_0, "MXFP4": dequantize_mxfp4, "NVFP4": dequantize_nvfp4,
+    "IQ2_XXS": dequantize_iq2_xxs, "IQ2_XS": dequantize_iq2_xs, "IQ2_S": dequantize_iq2_s,
+    "IQ3_XXS": dequantize_iq3_xxs, "IQ3_S": dequantize_iq3_s, "IQ1_S": dequantize_iq1_s, "IQ1_M": dequantize_iq1_m,
 }
 REFUSAL_FIX = "use a GGUF file in a K-quant (Q4_K_M, Q5_K_M, Q6_K), in IQ4_XS, or in Q8_0, F16 or F32"
 
@@ -432,8 +606,8 @@ def type_by_name(name: str) -> tuple[str, int, int]:
 
 
 def check_supported(type_name: str, what: str) -> None:
-    """Refuse, by name, a type tinyinfer cannot dequantise (the codebook types IQ1_*, IQ2_*, IQ3_*; Q1_0;
-    Q8_1/Q8_K, which only hold llama.cpp's activations; integers)."""
+    """Refuse, by name, a type tinyinfer cannot dequantise (Q1_0; Q8_1/Q8_K, which only hold llama.cpp's
+    activations; integers)."""
     if type_name not in DEQUANTIZERS:
         raise TinyInferError(f"{what} is stored as {type_name}, which tinyinfer cannot dequantise "
                              f"(it reads {', '.join(DEQUANTIZERS)}): {REFUSAL_FIX}")

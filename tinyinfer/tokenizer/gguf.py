@@ -21,6 +21,10 @@ BPE, pre-tokenizers and decoders as for a Hugging Face folder):
 
 - gpt2: the vocabulary and merges as stored; the regexes of PRE_TOKENIZERS[pre], each splitting every piece
   into its matches and the text between them (llama.cpp's unicode_regex_split), then the byte-level spelling.
+  The table holds the names llama.cpp splits by regexes (Llama-3's, Qwen's, GPT-4o's, Mistral's tekken,
+  DeepSeek-V3's, GLM-4's...) with llama.cpp's flags: after an IGNORE_MERGES one a word the vocabulary holds
+  whole skips BPE, after an ADD_BOS one BOS is added unless add_bos_token says otherwise. The few names it splits
+  with hand-written code or outside the byte-level alphabet (NOT_REGEXES: kimi-k2, afmoe, gemma4...) are refused.
 - llama: merges are not stored, the scores say them: a token t of score s that is the concatenation of two
   tokens (a, b) gives the merge a + b -> t, and merges rank by score, best first (as Hugging Face's converter
   does). Spaces become '▁', one is prepended when add_space_prefix says so (default true), and a character
@@ -38,38 +42,94 @@ from tinyinfer.tokenizer.tokenizer import Tokenizer
 # tokenizer.ggml.token_type values (llama.cpp's llama_token_type)
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
 
-# llama.cpp's pre-tokenizers (src/llama-vocab.cpp): name -> the regexes applied in turn. The patterns are
-# llama.cpp's, which writes Llama-3's "(?i:'s|...)" with explicit cases because its regex engine has no (?i).
+# llama.cpp's pre-tokenizers (src/llama-vocab.cpp: the regex_exprs of llm_tokenizer_bpe's constructor, under the
+# tokenizer.ggml.pre names llama_vocab::impl::load gives them): name -> the regexes applied in turn. The patterns are
+# llama.cpp's. Its regex engine (src/unicode.cpp: std::regex on a copy of the text where each non-ASCII character is
+# a byte for its category) has no (?i) and no letter case, so llama.cpp spells Llama-3's "(?i:'s|...)" with explicit
+# cases, and tekken's and GPT-4o's upper-case letter as "a letter that is not a-z" (_UPPER). Python's regex module
+# reads the patterns as that engine does, but for ASCII '~', which llama.cpp's \p{S} lacks (deepseek-v3's pattern).
+_CONTRACTION = "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
+_UPPER, _LOWER = r"((?=[\p{L}])([^a-z]))", r"((?=[\p{L}])([^A-Z]))"  # the tokenizer.json's [\p{Lu}...], [\p{Ll}...]
 _GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"
-_LLAMA3 = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
-           r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
-_QWEN2 = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
-          r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_LLAMA3 = _CONTRACTION + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+# Qwen2's pattern without _CONTRACTION
+_UFAKZEKA = r"[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+_QWEN2 = _CONTRACTION + "|" + _UFAKZEKA
+_QWEN35 = (_CONTRACTION + r"|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*"
+           r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+_JAIS2 = (_CONTRACTION + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s{512}(?!\S)"
+          r"|\s{256}(?!\S)|\s{128}(?!\S)|\s{64}(?!\S)|\s{32}(?!\S)|\s{16}(?!\S)|\s{8}(?!\S)|\s{4}(?!\S)"
+          r"|\s{1,2}(?!\S)|\s{1}")
+_MINICPM5 = _CONTRACTION + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}+| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+_SEED_CODER = _CONTRACTION + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1}| ?[^\s\p{L}\p{N}\r\n]+|\s*[\r\n]+|\s+(?!\S)|\s+"
+_EXAONE_MOE = (_CONTRACTION + r"|[^\r\n\p{L}\p{N}]?(?:\p{L}\p{M}*(?: \p{L}\p{M}*)*)+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]?"
+               r"|\s*[\r\n]|\s+(?!\S)|\s+")
+_BAILINGMOE = (r"'(?:[sSdDmMtT]|[lL][lL]|[vV][eE]|[rR][eE])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+               r"|\s*[\r\n]|\s+(?!\S)|\s+")
+_TEKKEN = (rf"[^\r\n\p{{L}}\p{{N}}]?{_UPPER}*{_LOWER}+|[^\r\n\p{{L}}\p{{N}}]?{_UPPER}+{_LOWER}*|\p{{N}}"
+           r"| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_GPT4O = (rf"[^\r\n\p{{L}}\p{{N}}]?{_UPPER}*{_LOWER}+{_CONTRACTION}?"
+          rf"|[^\r\n\p{{L}}\p{{N}}]?{_UPPER}+{_LOWER}*{_CONTRACTION}?"
+          r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_GRANITE_EMB_MULTI = _GPT4O.replace(r"(?=[\p{L}])", r"(?=[\p{L}\p{M}])")  # GPT-4o's, a mark counting as a letter
 _DEEPSEEK_LETTERS = (  # \u escapes: compatibility letters (U+2126 Ω...) that an editor would normalise away
     r"A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝὟ-\u1F7Dᾀ-ᾴᾶ-ᾼ\u1FBEῂ-ῄῆ-ῌῐ-\u1FD3ῖ-\u1FDBῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤ\u2126ℨ\u212A-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳ"
     r"Ꙁ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-𐲲𐳀-𐳲𑢠-𑣟𞤀-𞥃")
 _CJK = "[一-龥ࠀ-一가-퟿]+"
+_HAN_KANA = "[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+"  # CJK ideographs, hiragana, katakana
+_DEEPSEEK3_WORDS = r"""[!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+"""
 _DEFAULT = [r"[\p{P}\$\+<=>\^~\|]+", _GPT2, r"\p{N}+", "[0-9][0-9][0-9]"]
 _STARCODER = [r"\p{N}", _GPT2]
 _BLOOM = [r" ?[^(\s|.,!?…。，、।۔،)]+"]
+_LLAMA3_NAMES = ["llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2",
+                 "jina-v5-nano"]
 
 PRE_TOKENIZERS: dict[str, list[str]] = {
     "default": _DEFAULT,
-    **dict.fromkeys(["llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2",
-                     "dbrx", "smaug-bpe"], [_LLAMA3]),
+    **dict.fromkeys([*_LLAMA3_NAMES, "dbrx", "smaug-bpe", "glm4", "chatglm-bpe"], [_LLAMA3]),
+    "jais-2": [_JAIS2],
+    "minicpm5": [r"\p{N}{1,3}", _MINICPM5],
     "deepseek-llm": ["[\r\n]", rf"\s?[{_DEEPSEEK_LETTERS}]+", r"\s?[!-/:-~！-／：-～‘-‟　-。]+", r"\s+$", _CJK, r"\p{N}+"],
     "deepseek-coder": ["[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", _CJK, r"\p{N}"],
+    **dict.fromkeys(["deepseek-v3", "hunyuan-dense", "joyai-llm", "hy_v4"], [
+        r"\p{N}{1,3}", _HAN_KANA, _DEEPSEEK3_WORDS + r"| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"]),
+    "spark2_5": [r"\p{N}{1,3}", _HAN_KANA, _DEEPSEEK3_WORDS + r"| ?[\p{P}\p{S}]+|[\r\n]|\s+(?!\S)|\s+", r"\p{N}"],
     "falcon": [r"[\p{P}\$\+<=>\^~\|`]+", _GPT2, "[0-9][0-9][0-9]"],
-    **dict.fromkeys(["starcoder", "refact", "command-r", "smollm", "codeshell", "exaone", "minerva-7b"], _STARCODER),
+    **dict.fromkeys(["starcoder", "refact", "command-r", "smollm", "codeshell", "exaone", "minerva-7b", "mellum2"],
+                    _STARCODER),
     **dict.fromkeys(["gpt-2", "phi-2", "mpt", "olmo", "jais", "trillion", "roberta-bpe", "jina-es", "jina-de",
-                     "jina-v1-en", "jina-v2-es", "jina-v2-de", "jina-v2-code", "gigachat"], [_GPT2]),
-    **dict.fromkeys(["qwen2", "deepseek-r1-qwen", "megrez", "stablelm2", "hunyuan"], [_QWEN2]),
+                     "jina-v1-en", "jina-v2-es", "jina-v2-de", "jina-v2-code", "gigachat", "a.x-4.0", "mellum",
+                     "modern-bert", "granite-docling", "exaone4"], [_GPT2]),
+    **dict.fromkeys(["qwen2", "deepseek-r1-qwen", "kormo", "f2llmv2", "megrez", "stablelm2", "hunyuan", "solar-open",
+                     "grok-2"], [_QWEN2]),
+    "qwen35": [_QWEN35],
+    "ufakzeka": [_UFAKZEKA],
+    "laguna": ["[^\n]+|[\n]+", _QWEN2],
+    "seed-coder": [_SEED_CODER],
+    "exaone-moe": [_EXAONE_MOE],
+    **dict.fromkeys(["bailingmoe", "bailingmoe2", "llada-moe"], [_BAILINGMOE]),
     **dict.fromkeys(["poro-chat", "bloom", "gpt3-finnish"], _BLOOM),
     "viking": [*_BLOOM, r"\p{N}"],
+    "tekken": [_TEKKEN],
+    **dict.fromkeys(["gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2"], [_GPT4O]),
+    "granite-embed-multi-97m": [_GRANITE_EMB_MULTI],
+    "chameleon": ["<sentinel:[0-9]+>", "(IMGIMG)((A|B|C|D|E|F|G|H|I){1,4})Z", "([\t\n]|    |  )", r"\p{N}",
+                  r"[\p{P}!-/:-@\[-`{-~]", _GPT2],
+    # llama.cpp's "(?=(\d{3})+(?!\d))": C++'s \d is [0-9] (iswdigit), Python's any decimal digit
+    "superbpe": [r"\p{N}+", "(?=([0-9]{3})+(?![0-9]))"],
 }
 # Pre-tokenizers whose words found whole in the vocabulary skip BPE (llama.cpp's ignore_merges; Llama-3's
 # tokenizer.json says the same).
-IGNORE_MERGES = {"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2"}
+IGNORE_MERGES = {*_LLAMA3_NAMES, "tekken", "minicpm5", "granite-embed-multi-97m"}
+# Pre-tokenizers after which llama.cpp adds BOS where the file has no tokenizer.ggml.add_bos_token.
+ADD_BOS = {*_LLAMA3_NAMES, "tekken", "chameleon"}
+# Names llama.cpp knows whose split is more than regexes, so tinyinfer refuses them: name -> why.
+NOT_REGEXES = {
+    "kimi-k2": "a hand-written splitter (src/unicode.cpp) that keeps \\p{Han} apart from other letters",
+    "afmoe": "a hand-written digit splitter (src/unicode.cpp) that groups a run of digits in threes from its end",
+    **dict.fromkeys(["gemma4", "granite-embed-multi-311m", "sarvam-moe", "whitespace"],
+                    "BPE on raw UTF-8 rather than the byte-level alphabet (byte_encode = false)"),
+}
 
 
 def tokenizer_from_gguf(metadata: dict) -> Tokenizer:
@@ -84,13 +144,18 @@ def tokenizer_from_gguf(metadata: dict) -> Tokenizer:
     bos, eos = _token(metadata, tokens, "bos_token_id"), _token(metadata, tokens, "eos_token_id")  # checks the ids
     spec = builders[kind](metadata, tokens)
     spec["added_tokens"] = added_tokens(metadata, tokens, spec["model"]["vocab"])
-    spec["post_processor"] = post_processor(metadata, tokens, add_bos_default=kind == "llama")
+    add_bos = kind == "llama" or metadata.get("tokenizer.ggml.pre") in ADD_BOS
+    spec["post_processor"] = post_processor(metadata, tokens, add_bos_default=add_bos)
     return Tokenizer(spec, bos, eos)
 
 
 def byte_level_spec(metadata: dict, tokens: list[str]) -> dict:
     """gpt2: byte-level BPE with the stored merges, split by the regexes `tokenizer.ggml.pre` names."""
     pre = metadata.get("tokenizer.ggml.pre") or "default"  # llama.cpp's choice for a file that names none
+    if pre in NOT_REGEXES:
+        raise TinyInferError(f"the GGUF file names the pre-tokenizer {pre!r} (tokenizer.ggml.pre), which llama.cpp "
+                             f"runs as {NOT_REGEXES[pre]}; tinyinfer builds a GGUF pre-tokenizer from regexes only: "
+                             "load the model's Hugging Face folder (its tokenizer.json) instead of the GGUF file")
     if pre not in PRE_TOKENIZERS:
         raise TinyInferError(f"the GGUF file names the pre-tokenizer {pre!r} (tokenizer.ggml.pre), which tinyinfer does "
                              f"not know; known: {', '.join(sorted(PRE_TOKENIZERS))}. Add its regexes from llama.cpp's "
@@ -171,8 +236,8 @@ def added_tokens(metadata: dict, tokens: list[str], vocab: dict[str, int]) -> li
 
 
 def post_processor(metadata: dict, tokens: list[str], add_bos_default: bool) -> dict | None:
-    """BOS / EOS around the ids, as add_bos_token / add_eos_token say (llama.cpp adds BOS to a llama
-    vocabulary that does not say otherwise, never to a gpt2 one)."""
+    """BOS / EOS around the ids, as add_bos_token / add_eos_token say (where they are absent llama.cpp adds BOS
+    to a llama vocabulary, and to a gpt2 one only after the pre-tokenizers in ADD_BOS)."""
     add = {"bos": metadata.get("tokenizer.ggml.add_bos_token", add_bos_default),
            "eos": metadata.get("tokenizer.ggml.add_eos_token", False)}
     ids = {end: metadata.get(f"tokenizer.ggml.{end}_token_id") for end in add if add[end]}
