@@ -9,6 +9,8 @@ A safetensors file is three parts, so it is read here directly (memory-mapped, n
 
 Offsets count from the first byte after the header. NumPy has no bfloat16, but a bf16 number is just the top
 16 bits of a float32, so `bf16_to_f32` widens it exactly by shifting the bits left by 16.
+FP8 tensors (F8_E4M3 weights, their scales) are read as raw bytes: they mean something only with the scales
+config.json's quantization_config describes, which tinyinfer/fp8.py applies.
 A sharded checkpoint adds `model.safetensors.index.json`, whose `weight_map` says which file holds which name.
 """
 
@@ -27,6 +29,7 @@ from tinyinfer.errors import TinyInferError
 DTYPES = {
     "F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": np.uint16,  # BF16 read as raw bits
     "I64": np.int64, "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_,
+    "F8_E4M3": np.uint8, "F8_E5M2": np.uint8, "F8_E8M0": np.uint8,  # FP8 codes read as raw bytes (tinyinfer/fp8.py)
 }
 FLOAT_DTYPES = ("F64", "F32", "F16", "BF16")  # what a parameter may be stored as (integers: buffers, quantised codes)
 
@@ -112,7 +115,7 @@ class SafetensorsFile:
         return tuple(self.header[name]["shape"])
 
     def dtype(self, name: str) -> str:
-        """The stored dtype's name: "BF16", "U8", ..."""
+        """The dtype as the header names it: "BF16", "F8_E4M3", "U8"..."""
         return self.header[name]["dtype"]
 
     def raw(self, name: str) -> np.ndarray:
@@ -127,6 +130,10 @@ class SafetensorsFile:
         """The tensor converted to `dtype` (a fresh array in memory). Parameters are floating point: an integer
         or boolean tensor read as one is refused (quantised codes, or a damaged file), never converted."""
         stored = self.header[name]["dtype"]
+        if stored.startswith("F8_"):
+            raise TinyInferError(f"tensor {name!r} is stored as {stored}: FP8 codes, which need the scales that "
+                                 "config.json's quantization_config describes, and this config.json has none (or "
+                                 "another method); restore the checkpoint's original config.json or use a bf16 one")
         if stored not in FLOAT_DTYPES:
             raise TinyInferError(f"tensor {name!r} is stored as {stored}, not as floating-point numbers: the checkpoint "
                                  "is quantised or damaged; use an fp32, fp16 or bf16 checkpoint")

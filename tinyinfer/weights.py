@@ -38,6 +38,7 @@ from typing import Callable
 
 import numpy as np
 
+from tinyinfer import fp8
 from tinyinfer.config import Config
 from tinyinfer.errors import TinyInferError
 from tinyinfer.llama2c import interleaved_to_half
@@ -47,12 +48,19 @@ from tinyinfer.safetensors_io import Checkpoint
 Getter = Callable[..., np.ndarray]
 
 
-def tensor_getter(checkpoint: Checkpoint, dtype, strip_prefixes: tuple[str, ...] = ()) -> Getter:
+def tensor_getter(checkpoint: Checkpoint, dtype, strip_prefixes: tuple[str, ...] = (),
+                  quantization: dict | None = None) -> Getter:
     """`get(name, shape)`: the tensor `name` as `dtype`, after checking it exists and has `shape`.
     `get.has(name)`: whether the file holds it. `get.codes(name, shape, layout)`: a tensor of bytes as stored (a
     view of the file: quantised codes or scales, laid out as `layout` says), for a loader that decodes it itself,
-    into `get.dtype` (`dtype`)."""
+    into `get.dtype` (`dtype`): gpt-oss's MXFP4 experts (families/gpt_oss.py).
+
+    `quantization`: config.json's quantization_config as checked at load (Config.quantization_config). Under
+    "fp8" each FP8 tensor is read times its block scales (tinyinfer/fp8.py); the scales themselves (`name` +
+    "_scale_inv") and activation scales are never asked for by name, and the unquantised tensors read as usual.
+    """
     names = set(checkpoint.names())
+    is_fp8 = quantization is not None and quantization["quant_method"] == "fp8"
 
     def find(name: str) -> str:
         for prefix in ("",) + strip_prefixes:
@@ -65,6 +73,8 @@ def tensor_getter(checkpoint: Checkpoint, dtype, strip_prefixes: tuple[str, ...]
         found = checkpoint.shape(full)
         if found != tuple(shape):
             raise TinyInferError(f"tensor {full!r} has shape {list(found)}, expected {list(shape)} from config.json")
+        if is_fp8 and checkpoint.dtype(full).startswith("F8_"):
+            return fp8.read_weight(checkpoint, full, quantization["weight_block_size"]).astype(dtype, copy=False)
         return checkpoint.get(full, dtype)
 
     def codes(name: str, shape: tuple[int, ...], layout: str) -> np.ndarray:

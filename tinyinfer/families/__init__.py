@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tinyinfer import fp8
 from tinyinfer.config import Config, check_hf_sizes, read_json
 from tinyinfer.errors import TinyInferError
 from tinyinfer.families import (cohere, cohere2, deepseek_v2, deepseek_v3, falcon, gemma, gemma2, gemma3_text,
@@ -73,6 +74,10 @@ FAMILIES: dict[str, Family] = {family.model_type: family for family in (
 # model_types whose config.json wraps one of a family's: model_type -> the inner config.json
 WRAPPERS = {"gemma3": gemma3_text.text_config}  # Gemma 3 4B and larger: a vision tower beside the text model
 
+# The quantised formats read at load, dequantised to floats, in any family: quant_method -> the check of its
+# quantization_config. A family's loader may read others itself (Family.quantizations: gpt-oss's MXFP4 experts).
+DEQUANTISED = {"fp8": fp8.check_config}  # transformers' fine-grained FP8 (Qwen3-*-FP8, DeepSeek-V3)
+
 
 def family_of(model_type: str) -> Family:
     if model_type not in FAMILIES:
@@ -88,7 +93,7 @@ def config_from_hf(c: dict) -> Config:
     if model_type not in FAMILIES:
         raise TinyInferError(f"config.json: model_type {model_type!r} is not supported; supported: {', '.join(FAMILIES)}")
     family = FAMILIES[model_type]
-    check_quantization(c, family)
+    quantization = read_quantization(c.get("quantization_config"), family)
     check_hf_sizes(c)
     try:
         fields = family.read_config({**family.defaults, **c})
@@ -101,23 +106,24 @@ def config_from_hf(c: dict) -> Config:
     return Config(
         model_type=model_type, **fields, bos_token_id=c.get("bos_token_id"),
         eos_token_ids=list(eos) if isinstance(eos, list) else ([] if eos is None else [eos]),
-        torch_dtype=c.get("dtype") or c.get("torch_dtype"),
+        torch_dtype=c.get("dtype") or c.get("torch_dtype"), quantization_config=quantization,
     )
 
 
-def check_quantization(c: dict, family: Family) -> None:
-    """A quantised checkpoint (config.json's quantization_config) loads when its family's loader reads the method
-    (gpt-oss's MXFP4 experts: families/gpt_oss.py); any other is refused by name."""
-    quantization = c.get("quantization_config")
-    if not quantization:
-        return
-    method = quantization.get("quant_method", "unknown") if isinstance(quantization, dict) else "unknown"
+def read_quantization(qc, family: Family) -> dict | None:
+    """config.json's quantization_config, checked by its method's reader (DEQUANTISED), or as it is when the
+    family's loader reads the method itself (Family.quantizations); other methods refused by name."""
+    if not qc:
+        return None
+    method = qc.get("quant_method", "unknown") if isinstance(qc, dict) else "unknown"
     if method in family.quantizations:
-        return
-    readers = [f.model_type for f in FAMILIES.values() if method in f.quantizations]
-    where = f" by {family.model_type} (tinyinfer reads them for {', '.join(readers)})" if readers else ""
-    raise TinyInferError(f"config.json: weights quantised with {method!r} are not supported{where}; use an fp32, "
-                         "fp16 or bf16 checkpoint of the model")
+        return qc
+    if method not in DEQUANTISED:
+        readers = {f"{m} ({f.model_type})" for f in FAMILIES.values() for m in f.quantizations}
+        raise TinyInferError(f"config.json: weights quantised with {method!r} are not supported by "
+                             f"{family.model_type} (supported: {', '.join([*DEQUANTISED, *sorted(readers)])}); use "
+                             "an fp32, fp16 or bf16 checkpoint of the model")
+    return DEQUANTISED[method](qc)
 
 
 def load_hf_config(folder: Path) -> Config:
@@ -137,7 +143,7 @@ def load_params(checkpoint: Checkpoint, cfg: Config, dtype=np.float32) -> dict:
     if cfg.model_type not in FAMILIES:
         raise TinyInferError(f"no weight mapping for model_type {cfg.model_type!r}; supported: {', '.join(sorted(FAMILIES))}")
     family = FAMILIES[cfg.model_type]
-    return family.load_params(tensor_getter(checkpoint, dtype, family.strip_prefixes), cfg)
+    return family.load_params(tensor_getter(checkpoint, dtype, family.strip_prefixes, cfg.quantization_config), cfg)
 
 
 def untie_if_the_file_disagrees(checkpoint: Checkpoint, cfg: Config) -> Config:
@@ -148,7 +154,7 @@ def untie_if_the_file_disagrees(checkpoint: Checkpoint, cfg: Config) -> Config:
     (save_pretrained drops the duplicate), or both equal (converted PyTorch files): those stay tied.
     """
     family = FAMILIES[cfg.model_type]
-    get = tensor_getter(checkpoint, np.float32, family.strip_prefixes)
+    get = tensor_getter(checkpoint, np.float32, family.strip_prefixes, cfg.quantization_config)
     head, embedding = first_present(get, family.head_names), family.embedding_name
     if not (cfg.tie_word_embeddings and get.has(head) and get.has(embedding)):
         return cfg
