@@ -3,10 +3,10 @@
 A tiny checkpoint written by transformers is quantised here the way transformers' Fp8Quantize does it: each
 Linear weight cut into 128 x 128 blocks (the last ones short where a size is not a multiple of 128), each block
 divided by scale_inv = max|block| / 448 and rounded to float8_e4m3fn, saved as F8_E4M3 beside
-`<name>_scale_inv`, with config.json's quantization_config. Its exact dequantisation, w_fp8.float() *
-scale_inv (exact in float32), is saved as a float32 folder: tinyinfer's logits on the FP8 folder must equal
-transformers' on that one within the float32 rounding bound (tests/tolerances.py), and its weights equal it to
-the bit.
+`<name>_scale_inv`, with config.json's quantization_config. Its dequantisation by PyTorch, w_fp8.float() *
+scale_inv (one float32 rounding per weight), is saved as a float32 folder: tinyinfer's weights must equal it to
+the bit, and its logits on the FP8 folder transformers' on that one within the float32 rounding bound
+(tests/tolerances.py).
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def write_pair(name: str, root: Path) -> tuple[Path, Path]:
         if is_quantised(key, tensor, skip):
             codes, scale_inv = quantise_blocks(tensor)
             quantised[key], quantised[key + "_scale_inv"] = codes, scale_inv
-            dequantised[key] = codes.float() * expand(scale_inv, tensor.shape)  # exact in float32
+            dequantised[key] = codes.float() * expand(scale_inv, tensor.shape)  # one float32 rounding each
     config = json.loads((source / "config.json").read_text())
     folders = root / f"{name}_fp8", root / f"{name}_dequantised"
     for folder, weights, extra in zip(folders, (quantised, dequantised), (
