@@ -92,10 +92,12 @@ LLAMA_NAMES = {"input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q", "se
                "mlp.shared_expert_gate": "ffn_gate_inp_shexp", "block_sparse_moe.gate": "ffn_gate_inp",
                "self_attn.qkv_proj": "attn_qkv", "mlp.gate_up_proj": "ffn_up",
                "mlp.c_fc": "ffn_up", "mlp.c_proj": "ffn_down",  # starcoder2
+               "self_attn.dense": "attn_output", "mlp.fc1": "ffn_up", "mlp.fc2": "ffn_down",  # phi2
                "self_attn.q_layernorm": "attn_q_norm", "self_attn.k_layernorm": "attn_k_norm"}  # stablelm, stacked
 GEMMA2_NAMES = LLAMA_NAMES | {"post_attention_layernorm": "post_attention_norm",
                               "pre_feedforward_layernorm": "ffn_norm", "post_feedforward_layernorm": "post_ffw_norm"}
-TOP_NAMES = {"model.embed_tokens": "token_embd", "model.norm": "output_norm", "lm_head": "output"}
+TOP_NAMES = {"model.embed_tokens": "token_embd", "model.norm": "output_norm", "lm_head": "output",
+             "model.final_layernorm": "output_norm"}  # phi2
 GPT2_NAMES = {"ln_1": "attn_norm", "attn.c_attn": "attn_qkv", "attn.c_proj": "attn_output", "ln_2": "ffn_norm",
               "mlp.c_fc": "ffn_up", "mlp.c_proj": "ffn_down"}
 GPT2_TOP = {"wte": "token_embd", "wpe": "position_embd", "ln_f": "output_norm"}
@@ -104,9 +106,15 @@ FALCON_NAMES = {"input_layernorm": "attn_norm", "ln_mlp": "attn_norm", "ln_attn"
                 "self_attention.query_key_value": "attn_qkv", "self_attention.dense": "attn_output",
                 "mlp.dense_h_to_4h": "ffn_up", "mlp.dense_4h_to_h": "ffn_down"}
 FALCON_TOP = {"word_embeddings": "token_embd", "ln_f": "output_norm", "lm_head": "output"}
-LAYER_NAMES = {"gpt2": GPT2_NAMES, "falcon": FALCON_NAMES, "gemma2": GEMMA2_NAMES, "gemma3_text": GEMMA2_NAMES}
-TOP = {"gpt2": GPT2_TOP, "falcon": FALCON_TOP}
-LAYER = re.compile(r"(?:model\.layers|h)\.(\d+)\.(.+)\.(weight|bias)")
+GPT_NEOX_NAMES = {"input_layernorm": "attn_norm", "attention.query_key_value": "attn_qkv",
+                  "attention.dense": "attn_output", "post_attention_layernorm": "ffn_norm",
+                  "mlp.dense_h_to_4h": "ffn_up", "mlp.dense_4h_to_h": "ffn_down"}
+GPT_NEOX_TOP = {"gpt_neox.embed_in": "token_embd", "gpt_neox.final_layer_norm": "output_norm", "embed_out": "output"}
+LAYER_NAMES = {"gpt2": GPT2_NAMES, "falcon": FALCON_NAMES, "gemma2": GEMMA2_NAMES, "gemma3_text": GEMMA2_NAMES,
+               "olmo2": GEMMA2_NAMES, "gpt_neox": GPT_NEOX_NAMES}
+TOP = {"gpt2": GPT2_TOP, "falcon": FALCON_TOP, "gpt_neox": GPT_NEOX_TOP}
+LAYER = re.compile(r"(?:model\.layers|gpt_neox\.layers|h)\.(\d+)\.(.+)\.(weight|bias)")
+PERMUTED = ("llama", "mistral", "mixtral", "granite", "smollm3")  # LlamaModel.modify_tensors, and its subclasses
 PER_HEAD_NORM = re.compile(r"(model\.layers\.\d+\.self_attn\.[qk]_layernorm)\.norms\.(\d+)\.weight")
 EXPERT = re.compile(r"(model\.layers\.\d+\.(?:mlp|block_sparse_moe)\.experts)\.(\d+)\.(\w+)\.weight")
 EXPERT_NAMES = {"gate_proj": "ffn_gate_exps", "up_proj": "ffn_up_exps", "down_proj": "ffn_down_exps",
@@ -114,7 +122,8 @@ EXPERT_NAMES = {"gate_proj": "ffn_gate_exps", "up_proj": "ffn_up_exps", "down_pr
 GGUF_ARCH = {"llama": "llama", "mistral": "llama", "mixtral": "llama", "qwen2": "qwen2", "qwen3": "qwen3",
              "qwen2_moe": "qwen2moe", "qwen3_moe": "qwen3moe", "gemma": "gemma", "gemma2": "gemma2",
              "gemma3_text": "gemma3", "phi3": "phi3", "gpt2": "gpt2", "falcon": "falcon", "stablelm": "stablelm",
-             "starcoder2": "starcoder2"}
+             "starcoder2": "starcoder2", "phi": "phi2", "gpt_neox": "gptneox", "olmo2": "olmo2", "granite": "granite",
+             "smollm3": "smollm3"}
 
 
 def gguf_name(hf: str, model_type: str) -> str:
@@ -156,9 +165,9 @@ def converted_tensors(folder: Path, c: dict) -> dict[str, np.ndarray]:
             continue
         name = gguf_name(hf, model_type)
         heads, kv_heads = c.get("num_attention_heads"), c.get("num_key_value_heads") or c.get("num_attention_heads")
-        if model_type in ("llama", "mistral", "mixtral") and ".attn_q." in name:
+        if model_type in PERMUTED and ".attn_q." in name:
             w = permute(w, heads)
-        if model_type in ("llama", "mistral", "mixtral") and ".attn_k." in name:
+        if model_type in PERMUTED and ".attn_k." in name:
             w = permute(w, kv_heads)
         if model_type.startswith("gemma") and name.endswith("norm.weight"):
             w = w + 1
@@ -166,6 +175,8 @@ def converted_tensors(folder: Path, c: dict) -> dict[str, np.ndarray]:
             w = w.T
         if model_type == "falcon" and ".attn_qkv." in name:
             w = falcon_qkv(w, c)
+        if model_type == "gpt_neox" and ".attn_qkv." in name:
+            w = gpt_neox_qkv(w, heads)
         if name.endswith("ffn_gate_inp_shexp.weight"):
             w = w.reshape(-1)
         out[name] = np.ascontiguousarray(w)
@@ -205,6 +216,12 @@ def rope_tensors(c: dict) -> dict[str, np.ndarray]:
         return {"rope_factors_long.weight": np.array(params["long_factor"], dtype=np.float32),
                 "rope_factors_short.weight": np.array(params["short_factor"], dtype=np.float32)}
     return {}
+
+
+def gpt_neox_qkv(w: np.ndarray, heads: int) -> np.ndarray:
+    """conversion/gptneox.py GPTNeoXModel.modify_tensors: query_key_value's rows (and bias) from head by head
+    (q, k, v of head 0, then of head 1...) to all q, all k, all v."""
+    return w.reshape(heads, 3, -1, *w.shape[1:]).swapaxes(0, 1).reshape(w.shape)
 
 
 def add_metadata(writer: gguf.GGUFWriter, arch: str, c: dict) -> None:
@@ -281,7 +298,7 @@ def stablelm_metadata(w: gguf.GGUFWriter, arch: str, c: dict) -> None:
     """conversion/stablelm.py StableLMModel.set_gguf_parameters: RoPE's width partial_rotary_factor x head_dim
     (head_dim = hidden_size / heads), use_parallel_residual, the LayerNorm's epsilon; no RoPE base."""
     heads = c["num_attention_heads"]
-    factor = (c.get("rope_parameters") or {}).get("partial_rotary_factor", c.get("partial_rotary_factor"))
+    factor = rotary_factor(c)
     w.add_uint32(f"{arch}.context_length", c["max_position_embeddings"])
     w.add_uint32(f"{arch}.embedding_length", c["hidden_size"])
     w.add_uint32(f"{arch}.block_count", c["num_hidden_layers"])
@@ -293,18 +310,57 @@ def stablelm_metadata(w: gguf.GGUFWriter, arch: str, c: dict) -> None:
     w.add_float32(f"{arch}.attention.layer_norm_epsilon", c["layer_norm_eps"])
 
 
+def rotary_factor(c: dict) -> float:
+    """TextModel.__init__'s rope_parameters["partial_rotary_factor"] (or the config's partial_rotary_factor)."""
+    return (c.get("rope_parameters") or {}).get("partial_rotary_factor", c.get("partial_rotary_factor"))
+
+
+def phi2_metadata(w: gguf.GGUFWriter, arch: str, c: dict) -> None:
+    """conversion/phi.py Phi2Model.set_gguf_parameters: an MLP 4 x n_embd wide, as many key/value heads as
+    query heads, RoPE's width int(factor x n_embd) // heads; no RoPE base."""
+    d, heads = c["hidden_size"], c["num_attention_heads"]
+    w.add_uint32(f"{arch}.context_length", c["max_position_embeddings"])
+    w.add_uint32(f"{arch}.embedding_length", d)
+    w.add_uint32(f"{arch}.feed_forward_length", 4 * d)
+    w.add_uint32(f"{arch}.block_count", c["num_hidden_layers"])
+    w.add_uint32(f"{arch}.attention.head_count", heads)
+    w.add_uint32(f"{arch}.attention.head_count_kv", heads)
+    w.add_float32(f"{arch}.attention.layer_norm_epsilon", c["layer_norm_eps"])
+    w.add_uint32(f"{arch}.rope.dimension_count", int(rotary_factor(c) * d) // heads)
+
+
+def gpt_neox_metadata(w: gguf.GGUFWriter, arch: str, c: dict) -> None:
+    """conversion/gptneox.py GPTNeoXModel.set_gguf_parameters: RoPE's width rotary_pct x head_dim,
+    use_parallel_residual, the LayerNorm's epsilon; no key/value head count, no RoPE base."""
+    heads = c["num_attention_heads"]
+    w.add_uint32(f"{arch}.context_length", c["max_position_embeddings"])
+    w.add_uint32(f"{arch}.embedding_length", c["hidden_size"])
+    w.add_uint32(f"{arch}.block_count", c["num_hidden_layers"])
+    w.add_uint32(f"{arch}.feed_forward_length", c["intermediate_size"])
+    w.add_uint32(f"{arch}.rope.dimension_count", int(rotary_factor(c) * (c["hidden_size"] // heads)))
+    w.add_uint32(f"{arch}.attention.head_count", heads)
+    w.add_bool(f"{arch}.use_parallel_residual", c.get("use_parallel_residual", True))
+    w.add_float32(f"{arch}.attention.layer_norm_epsilon", c["layer_norm_eps"])
+
+
 def text_model_metadata(w: gguf.GGUFWriter, arch: str, c: dict) -> None:
-    """conversion/base.py TextModel.set_gguf_parameters, for the classes that keep it (StarCoder2Model): the
-    fields it finds, RoPE's base from rope_parameters, norm_epsilon as the LayerNorm's epsilon; not the
-    sliding window."""
+    """conversion/base.py TextModel.set_gguf_parameters, for the classes that keep it (StarCoder2Model,
+    Olmo2Model): the fields it finds, RoPE's base (and linear scaling) from rope_parameters, norm_epsilon as the
+    LayerNorm's epsilon, rms_norm_eps as RMSNorm's; not the sliding window."""
     w.add_uint32(f"{arch}.block_count", c["num_hidden_layers"])
     w.add_uint32(f"{arch}.context_length", c["max_position_embeddings"])
     w.add_uint32(f"{arch}.embedding_length", c["hidden_size"])
     w.add_uint32(f"{arch}.feed_forward_length", c["intermediate_size"])
     w.add_uint32(f"{arch}.attention.head_count", c["num_attention_heads"])
     w.add_uint32(f"{arch}.attention.head_count_kv", c["num_key_value_heads"])
-    if (theta := (c.get("rope_parameters") or {}).get("rope_theta")) is not None:
-        w.add_float32(f"{arch}.rope.freq_base", theta)
+    rope = c.get("rope_parameters") or {}
+    if rope.get("rope_type") == "linear" and rope.get("factor") is not None:
+        w.add_string(f"{arch}.rope.scaling.type", "linear")
+        w.add_float32(f"{arch}.rope.scaling.factor", rope["factor"])
+    if rope.get("rope_theta") is not None:
+        w.add_float32(f"{arch}.rope.freq_base", rope["rope_theta"])
+    if c.get("rms_norm_eps"):
+        w.add_float32(f"{arch}.attention.layer_norm_rms_epsilon", c["rms_norm_eps"])
     if (eps := next((c[k] for k in ("layer_norm_eps", "layer_norm_epsilon", "norm_epsilon") if c.get(k)), None)):
         w.add_float32(f"{arch}.attention.layer_norm_epsilon", eps)
     if c.get("head_dim") is not None:
@@ -312,7 +368,26 @@ def text_model_metadata(w: gguf.GGUFWriter, arch: str, c: dict) -> None:
         w.add_uint32(f"{arch}.attention.value_length", c["head_dim"])
 
 
-METADATA = {"falcon": falcon_metadata, "stablelm": stablelm_metadata, "starcoder2": text_model_metadata}
+def llama_model_metadata(w: gguf.GGUFWriter, arch: str, c: dict) -> None:
+    """conversion/llama.py LlamaModel.set_gguf_parameters (SmolLM3Model's): TextModel's, and RoPE's width
+    head_dim (hidden_size / heads without one)."""
+    text_model_metadata(w, arch, c)
+    w.add_uint32(f"{arch}.rope.dimension_count", c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"])
+
+
+def granite_metadata(w: gguf.GGUFWriter, arch: str, c: dict) -> None:
+    """conversion/granite.py GraniteModel.set_gguf_parameters: LlamaModel's without head_dim, and each multiplier
+    that is not 0 as a scale."""
+    llama_model_metadata(w, arch, {key: value for key, value in c.items() if key != "head_dim"})
+    for field, key in (("attention_multiplier", "attention.scale"), ("embedding_multiplier", "embedding_scale"),
+                       ("residual_multiplier", "residual_scale"), ("logits_scaling", "logit_scale")):
+        if c.get(field):
+            w.add_float32(f"{arch}.{key}", c[field])
+
+
+METADATA = {"falcon": falcon_metadata, "stablelm": stablelm_metadata, "starcoder2": text_model_metadata,
+            "phi": phi2_metadata, "gpt_neox": gpt_neox_metadata, "olmo2": text_model_metadata,
+            "granite": granite_metadata, "smollm3": llama_model_metadata}
 
 
 def write_gguf(folder: Path, path: Path, qtype: str = "F32", seed: int = 0) -> Path:

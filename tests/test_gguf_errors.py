@@ -121,7 +121,8 @@ def test_unknown_architecture(tmp_path):
     writer = gguf.GGUFWriter(tmp_path / "mamba.gguf", "mamba")
     writer.add_tensor("token_embd.weight", np.zeros((4, 8), np.float32))
     writer.write_header_to_file(), writer.write_kv_data_to_file(), writer.write_tensors_to_file(), writer.close()
-    assert_refused(tmp_path / "mamba.gguf", "GGUF architecture 'mamba' is not supported", "gpt2, llama", "qwen2moe")
+    assert_refused(tmp_path / "mamba.gguf", "GGUF architecture 'mamba' is not supported", "falcon, gemma",
+                   "gptneox, granite, llama", "olmo2, phi2", "qwen3moe, smollm3, stablelm, starcoder2")
 
 
 def test_empty_file(tmp_path):

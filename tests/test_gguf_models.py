@@ -4,8 +4,9 @@ reading the same file (`from_pretrained(folder, gguf_file=name)`, which dequanti
 
 Logits must agree within 1e-4 of the logit scale (the largest |logit|): float32 sums of a few hundred products,
 not a model-specific tolerance. Architectures transformers cannot read from GGUF (Gemma 1; Mixtral, which GGUF
-calls llama with experts) are checked against transformers on the Hugging Face checkpoint they were written from,
-in F32, whose weights the file holds exactly.
+calls llama with experts; phi2, gptneox, olmo2, granite, smollm3; Falcon-40B's grouped q/k/v and StableLM 2 12B's
+per-head norms, which its reader mislays) are checked against transformers on the Hugging Face checkpoint they were
+written from, in F32, whose weights the file holds exactly; every architecture is checked so too.
 """
 
 from __future__ import annotations
@@ -55,6 +56,14 @@ FAMILIES = {  # name: (transformers config class, fields, norm offset, read by t
     "stablelm2_12b": ("StableLmConfig", dict(partial_rotary_factor=0.5, use_qkv_bias=True, qk_layernorm=True,
                                              use_parallel_residual=True), 0.0, False),  # stacked per-head norms
     "starcoder2": ("Starcoder2Config", {}, 0.0, True),  # biases everywhere, tied
+    # phi2's converter writes 4 x hidden_size as the MLP's width and one key/value head per query head
+    "phi": ("PhiConfig", dict(intermediate_size=1024, num_key_value_heads=4, partial_rotary_factor=0.375), 0.0,
+            False),
+    "gpt_neox": ("GPTNeoXConfig", dict(rotary_pct=0.25), 0.0, False),  # Pythia's: parallel, q/k/v per head
+    "olmo2": ("Olmo2Config", {}, 0.0, False),
+    "granite": ("GraniteConfig", dict(embedding_multiplier=12.0, residual_multiplier=0.22,  # Granite 3's
+                                      attention_multiplier=0.0078125, logits_scaling=8.0), 0.0, False),
+    "smollm3": ("SmolLM3Config", dict(num_hidden_layers=4), 0.0, False),  # layer 3 without RoPE
 }
 # The fields of SHAPE a config class takes, where not all (Falcon's head_dim is a property, its KV heads its own)
 SHAPE_FIELDS = {"gpt2": ("vocab_size", "bos_token_id", "eos_token_id"),

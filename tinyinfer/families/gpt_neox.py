@@ -2,7 +2,11 @@
 first `partial_rotary_factor` (`rotary_pct`, 0.25) of each head with theta `rotary_emb_base`, a biased GELU MLP,
 and by default a parallel residual (`use_parallel_residual`): attention and MLP both read the layer's input, each
 through its own norm, and both outputs join the stream at once. The Hub's files name the output layer
-embed_out.weight (transformers 5 renames it to lm_head.weight when it loads them, and back when it saves)."""
+embed_out.weight (transformers 5 renames it to lm_head.weight when it loads them, and back when it saves).
+
+GGUF (llama.cpp's "gptneox"): RoPE's width as rope.dimension_count, no RoPE base (llama.cpp's 10000), the block
+by use_parallel_residual; the converter regrouped query_key_value's rows as all q, all k, all v (GPT-2's order):
+`gguf_relayout` puts them back head by head, which the loader then reorders as usual (`by_part`)."""
 
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ from tinyinfer.errors import TinyInferError
 from tinyinfer.families.common import activation, rope
 from tinyinfer.families.family import Family
 from tinyinfer.weights import Getter, biased_mlp, embedding_table, linear, norm, output_layer
+from tinyinfer.gguf.architectures import GGUFLayout, Metadata, named, rope_config, rotary_factor
 
 # rotary_emb_base and rotary_pct: GPT_NEOX_ROPE
 DEFAULTS = dict(max_position_embeddings=2048, layer_norm_eps=1e-5, hidden_act="gelu", tie_word_embeddings=False,
@@ -71,5 +76,32 @@ def by_part(w: np.ndarray, cfg: Config) -> np.ndarray:
     return per_head.swapaxes(0, 1).reshape(w.shape)  # -> [3, H, hd, ...] -> [3d, ...]
 
 
+def gguf_config(m: Metadata, names: set) -> dict:
+    d, heads = m["embedding_length"], m["attention.head_count"]
+    rope_fields = rope_config(m)
+    return {"model_type": "gpt_neox", "hidden_size": d, "num_hidden_layers": m["block_count"],
+            "num_attention_heads": heads, "intermediate_size": m["feed_forward_length"],
+            "max_position_embeddings": m["context_length"], "layer_norm_eps": m["attention.layer_norm_epsilon"],
+            "use_parallel_residual": m["use_parallel_residual"], "rotary_pct": rotary_factor(m, d // heads),
+            "rotary_emb_base": rope_fields.pop("rope_theta"), **rope_fields,
+            "attention_bias": "blk.0.attn_qkv.bias" in names, "tie_word_embeddings": "output.weight" not in names}
+
+
+GGUF_TENSORS = named({"token_embd": "gpt_neox.embed_in", "output_norm": "gpt_neox.final_layer_norm",
+                      "output": "embed_out"},
+                     {"attn_norm": "input_layernorm", "attn_qkv": "attention.query_key_value",
+                      "attn_output": "attention.dense", "ffn_norm": "post_attention_layernorm",
+                      "ffn_up": "mlp.dense_h_to_4h", "ffn_down": "mlp.dense_4h_to_h"}, prefix="gpt_neox.layers.{i}.")
+
+
+def gguf_relayout(name: str, w: np.ndarray, c: dict) -> np.ndarray:
+    """query_key_value's rows (or bias) from [all q | all k | all v] back to head by head.  [3d, ...] -> [3d, ...]"""
+    if name != "attn_qkv":
+        return w
+    parts = w.reshape(3, c["num_attention_heads"], -1, *w.shape[1:])  # [3d, ...] -> [3, H, hd, ...]
+    return parts.swapaxes(0, 1).reshape(w.shape)  # -> [H, 3, hd, ...] -> [3d, ...]
+
+
 FAMILY = Family("gpt_neox", DEFAULTS, read_config, load_params, embedding_name=EMBEDDING, head_names=HEADS,
-                lora_rows={"qkv": lambda cfg: by_part(np.arange(3 * cfg.d_model), cfg)})
+                lora_rows={"qkv": lambda cfg: by_part(np.arange(3 * cfg.d_model), cfg)},
+                gguf=GGUFLayout("gptneox", gguf_config, GGUF_TENSORS, gguf_relayout))

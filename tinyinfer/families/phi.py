@@ -1,7 +1,11 @@
 """Phi (Phi-1, Phi-1.5, Phi-2): one LayerNorm (with bias) per layer whose output both sublayers read, side by side
 (x = x + attention(norm(x)) + mlp(norm(x))), biases on q, k, v, the output projection `dense`, the GELU MLP (fc1,
 fc2) and the LM head, and RoPE on the first `partial_rotary_factor` of each head (0.4 on Phi-2; 0.5 when the file
-says nothing). `qk_layernorm` (LayerNorms on q and k per head) is not implemented: refused."""
+says nothing). `qk_layernorm` (LayerNorms on q and k per head) is not implemented: refused.
+
+GGUF (llama.cpp's "phi2"): Llama's tensor names but the output projection (attn_output: dense), the MLP (ffn_up,
+ffn_down: fc1, fc2) and the final norm (output_norm: final_layernorm), RoPE's width as rope.dimension_count. Files
+converted from the original microsoft/phi-2 format hold q, k and v fused (attn_qkv): refused by name."""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ from tinyinfer.families.common import no_window
 from tinyinfer.families.family import Family
 from tinyinfer.families.llama import attention, read_body
 from tinyinfer.weights import Getter, biased_mlp, embedding_table, norm, output_layer
+from tinyinfer.gguf.architectures import LLAMA_TENSORS, GGUFLayout, llama_like_config, named, rotary_factor
 
 DEFAULTS = dict(max_position_embeddings=2048, layer_norm_eps=1e-5, hidden_act="gelu_new", rope_theta=10000.0,
                 tie_word_embeddings=False, num_key_value_heads=None, qk_layernorm=False)
@@ -39,4 +44,18 @@ def load_params(get: Getter, cfg: Config) -> dict:
             "lm_head": output_layer(get, cfg, embed), "lm_head_bias": get("lm_head.bias", (cfg.vocab_size,))}
 
 
-FAMILY = Family("phi", DEFAULTS, read_config, load_params)
+def gguf_config(m, names: set) -> dict:
+    if "blk.0.attn_qkv.weight" in names:
+        raise TinyInferError(f"{m.path}: a phi2 file with q, k and v fused (attn_qkv, converted from the original "
+                             "microsoft/phi-2 format) is not supported; convert the Hugging Face PhiForCausalLM "
+                             "checkpoint (separate q_proj, k_proj, v_proj) with convert_hf_to_gguf.py")
+    c = llama_like_config(m, names, "phi")
+    return c | {"layer_norm_eps": m["attention.layer_norm_epsilon"],
+                "partial_rotary_factor": rotary_factor(m, c["head_dim"])}
+
+
+GGUF_TENSORS = LLAMA_TENSORS | named({"output_norm": "model.final_layernorm"},
+                                     {"attn_output": "self_attn.dense", "ffn_up": "mlp.fc1", "ffn_down": "mlp.fc2"})
+
+
+FAMILY = Family("phi", DEFAULTS, read_config, load_params, gguf=GGUFLayout("phi2", gguf_config, GGUF_TENSORS))

@@ -20,7 +20,7 @@ from tinyinfer.families.common import NO_BIASES, window_on_every_layer
 from tinyinfer.families.family import Family
 from tinyinfer.families.llama import LLAMA_LIKE, load_body, read_body
 from tinyinfer.weights import Getter, linear
-from tinyinfer.gguf.architectures import LLAMA_TENSORS, GGUFLayout, llama_like_config, named
+from tinyinfer.gguf.architectures import LLAMA_TENSORS, GGUFLayout, llama_like_config, named, rotary_factor
 
 DEFAULTS = dict(LLAMA_LIKE, max_position_embeddings=4096, rms_norm_eps=1e-5, num_key_value_heads=None,
                 sliding_window=None, original_max_position_embeddings=4096)
@@ -83,7 +83,7 @@ def load_params(get: Getter, cfg: Config) -> dict:
 
 def gguf_config(m, names: set) -> dict:
     c = llama_like_config(m, names, "phi3")
-    return c | {"partial_rotary_factor": m.get("rope.dimension_count", c["head_dim"]) / c["head_dim"],
+    return c | {"partial_rotary_factor": rotary_factor(m, c["head_dim"]),
                 "rms_norm_eps": m.get("attention.layer_norm_rms_epsilon", 1e-5),
                 "sliding_window": m.get("attention.sliding_window"),
                 "original_max_position_embeddings": m.get("rope.scaling.original_context_length",

@@ -1,7 +1,10 @@
 """SmolLM3: a Llama whose layers listed 0 in `no_rope_layers` skip RoPE (NoPE: they see no positions, only the
 causal order; by default every `no_rope_layer_interval`-th layer, the 4th, 8th...), with a window on the layers
 `layer_types` names (by default the NoPE ones, when `use_sliding_window` and `sliding_window` are set: whatever
-`use_sliding_window` says, transformers' masks follow the list)."""
+`use_sliding_window` says, transformers' masks follow the list).
+
+GGUF (llama.cpp's "smollm3"): Llama's file (q/k permuted alike). llama.cpp skips RoPE on every 4th layer and
+slides no window, whatever the checkpoint's config.json said (the converter writes neither): so does a file here."""
 
 from __future__ import annotations
 
@@ -9,6 +12,8 @@ from tinyinfer.errors import TinyInferError, is_integer_at_least
 from tinyinfer.families.common import LLAMA_BIASES, check_window
 from tinyinfer.families.family import Family
 from tinyinfer.families.llama import LLAMA_LIKE, load_body, read_body
+from tinyinfer.families.llama import gguf_config as llama_gguf_config  # the converters are LlamaModel's
+from tinyinfer.gguf.architectures import LLAMA_TENSORS, GGUFLayout, llama_relayout
 
 DEFAULTS = dict(LLAMA_LIKE, max_position_embeddings=32768, rope_theta=2_000_000.0, num_key_value_heads=4,
                 tie_word_embeddings=True, attention_bias=False, mlp_bias=False, use_sliding_window=False,
@@ -44,4 +49,14 @@ def nope_layers(c: dict) -> list[int]:
     return [i for i in range(n) if not flags[i]]
 
 
-FAMILY = Family("smollm3", DEFAULTS, read_config, load_body)
+LLAMA_CPP_NOPE_INTERVAL = 4  # llama.cpp's smollm3: n_no_rope_layer_step
+
+
+def gguf_config(m, names: set) -> dict:
+    return llama_gguf_config(m, names) | {"model_type": "smollm3", "no_rope_layers": None,
+                                          "no_rope_layer_interval": LLAMA_CPP_NOPE_INTERVAL,
+                                          "use_sliding_window": False}
+
+
+FAMILY = Family("smollm3", DEFAULTS, read_config, load_body,
+                gguf=GGUFLayout("smollm3", gguf_config, LLAMA_TENSORS, relayout=llama_relayout))

@@ -19,7 +19,7 @@ from tinyinfer.families.common import no_window
 from tinyinfer.families.family import Family
 from tinyinfer.families.llama import attention, load_body, read_body
 from tinyinfer.weights import Getter
-from tinyinfer.gguf.architectures import LLAMA_TENSORS, GGUFLayout, llama_like_config, named
+from tinyinfer.gguf.architectures import LLAMA_TENSORS, GGUFLayout, llama_like_config, named, rotary_factor
 
 DEFAULTS = dict(max_position_embeddings=4096, layer_norm_eps=1e-5, hidden_act="silu", rope_theta=10000.0,
                 tie_word_embeddings=False, num_key_value_heads=32, use_qkv_bias=False, qk_layernorm=False,
@@ -50,7 +50,7 @@ def load_params(get: Getter, cfg: Config) -> dict:
 def gguf_config(m, names: set) -> dict:
     c = llama_like_config(m, names, "stablelm")
     return c | {"layer_norm_eps": m["attention.layer_norm_epsilon"],
-                "partial_rotary_factor": m.get("rope.dimension_count", c["head_dim"]) / c["head_dim"],
+                "partial_rotary_factor": rotary_factor(m, c["head_dim"]),
                 "use_qkv_bias": "blk.0.attn_q.bias" in names, "qk_layernorm": "blk.0.attn_q_norm.weight" in names,
                 "use_parallel_residual": "blk.0.ffn_norm.weight" not in names}
 

@@ -18,6 +18,9 @@ the way. Each family module (tinyinfer/families/) says how to go back, in a `GGU
         falcon:  query_key_value's rows regrouped from (per key/value head: its queries, its key, its value) to
                  all queries, all keys, all values ("jploski" layout): put back in groups
         stablelm: StableLM 2's per-head q/k norms stacked into one [heads, hd] tensor: cut per head (reader)
+        gptneox: query_key_value's rows regrouped from per head (q, k, v of head 0, ...) to all q, all k, all v:
+                 put back per head
+        granite, smollm3: Llama's q/k permutation (their converters are LlamaModel's)
         MoE:     a layer's experts merged into one [E, out, in] tensor (ffn_gate_exps): cut per expert (reader)
 
 This module holds what the families share: the metadata view, the config fields every Llama-like file writes
@@ -156,6 +159,19 @@ def rope_from_tensors(m: Metadata, c: dict, factors: dict[str, np.ndarray]) -> d
                                  "attention_factor": m.get("rope.scaling.attn_factor")},
                 "original_max_position_embeddings": m["rope.scaling.original_context_length"]}
     return {}
+
+
+def rotary_factor(m: Metadata, head_dim: int) -> float:
+    """config.json's partial_rotary_factor from rope.dimension_count (how many coordinates of each head RoPE
+    rotates; all without the key): n / head_dim, one float step up where rounding would put head_dim x factor
+    under n (57 / 100 * 100 = 56.99...), so that every reader's int(head_dim * factor) is n again.
+
+        >>> int(100 * rotary_factor(Metadata({"phi2.rope.dimension_count": 57}, "phi2", "x.gguf"), 100))
+        57
+    """
+    n = m.get("rope.dimension_count", head_dim)
+    factor = n / head_dim
+    return factor if int(head_dim * factor) == n else float(np.nextafter(factor, 2 * factor))
 
 
 def expert_config(m: Metadata) -> dict:
