@@ -227,3 +227,26 @@ def damage_tensor(tensors: dict, scale="keep", weight=None) -> None:
         tensors[DOWN + "_scale_inv"] = scale
     if weight is not None:
         tensors[DOWN] = tensors[DOWN].float().to(weight)
+
+
+def test_static_activation_scales_are_not_read_and_ue8m0_scales_are_powers_of_two(pairs, tmp_path):
+    """activation_scheme "static" adds a per-tensor activation_scale beside each weight, which only an FP8 kernel
+    uses (to round its inputs): the model loads and computes in float32 all the same. scale_fmt "ue8m0" stores
+    each scale as a byte b meaning 2^(b - 127)."""
+    folder = tmp_path / "model"
+    shutil.copytree(pairs["qwen3_edges"][0], folder)
+    tensors = safetensors.torch.load_file(folder / "model.safetensors")
+    for key in [key for key in tensors if key.endswith("_scale_inv")]:
+        exponents = torch.ceil(torch.log2(tensors[key]))  # ue8m0 rounds each scale up to a power of two
+        tensors[key] = (exponents + 127).to(torch.uint8)
+        tensors[key.removesuffix("weight_scale_inv") + "activation_scale"] = torch.tensor(0.5)
+    safetensors.torch.save_file(tensors, folder / "model.safetensors")
+    config = json.loads((folder / "config.json").read_text())
+    config["quantization_config"] |= {"activation_scheme": "static", "scale_fmt": "ue8m0"}
+    (folder / "config.json").write_text(json.dumps(config))
+
+    codes, exponents = tensors[DOWN].float(), tensors[DOWN + "_scale_inv"].float() - 127  # [160, 200], [2, 2]
+    expected = (codes * expand(torch.exp2(exponents), codes.shape)).numpy()  # exact: power-of-two scales
+    model = tinyinfer.load(folder)
+    assert np.array_equal(model.params["layers"][1]["mlp"]["down"], expected.T)  # stored [in, out]
+    assert np.isfinite(model.logits(prompt_ids(8))).all()
