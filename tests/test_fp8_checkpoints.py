@@ -3,10 +3,10 @@
 A tiny checkpoint written by transformers is quantised here the way transformers' Fp8Quantize does it: each
 Linear weight cut into 128 x 128 blocks (the last ones short where a size is not a multiple of 128), each block
 divided by scale_inv = max|block| / 448 and rounded to float8_e4m3fn, saved as F8_E4M3 beside
-`<name>_scale_inv`, with config.json's quantization_config. Its exact dequantisation, w_fp8.float() *
-scale_inv (exact in float32), is saved as a float32 folder: tinyinfer's logits on the FP8 folder must equal
-transformers' on that one within the float32 rounding bound (tests/tolerances.py), and its weights equal it to
-the bit.
+`<name>_scale_inv`, with config.json's quantization_config. Its dequantisation by PyTorch, w_fp8.float() *
+scale_inv (one float32 rounding per weight), is saved as a float32 folder: tinyinfer's weights must equal it to
+the bit, and its logits on the FP8 folder transformers' on that one within the float32 rounding bound
+(tests/tolerances.py).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import pytest
 import safetensors.torch
 import torch
 from tiny_models import ROOT, TINY_CONFIG, build_with_transformers, hf_logits, make_tiny_models, prompt_ids
+from test_deepseek import DEEPSEEK_V3
 from tolerances import assert_close, logits_bound
 
 import tinyinfer
@@ -40,6 +41,7 @@ MODELS = {
                                          num_key_value_heads=2, head_dim=40, tie_word_embeddings=False), []),
     "llama_aligned": ("LlamaConfig", dict(hidden_size=128, intermediate_size=256, num_attention_heads=2,
                                           num_key_value_heads=1, tie_word_embeddings=False), ["lm_head"]),
+    "deepseek_v3": ("DeepseekV3Config", DEEPSEEK_V3, ["lm_head"]),  # latent attention, one file tensor per expert
 }
 
 
@@ -63,6 +65,7 @@ def expand(scale_inv: torch.Tensor, shape) -> torch.Tensor:
 def is_quantised(name: str, tensor: torch.Tensor, skip: list[str]) -> bool:
     """What replace_with_fp8_linear turns into FP8Linear: every nn.Linear but modules_to_not_convert."""
     return (tensor.ndim == 2 and name.endswith(".weight") and "embed_tokens" not in name
+            and not name.endswith("mlp.gate.weight")  # a MoE router (DeepSeek's is no nn.Linear)
             and not any(name.startswith(module) for module in skip))
 
 
@@ -77,7 +80,7 @@ def write_pair(name: str, root: Path) -> tuple[Path, Path]:
         if is_quantised(key, tensor, skip):
             codes, scale_inv = quantise_blocks(tensor)
             quantised[key], quantised[key + "_scale_inv"] = codes, scale_inv
-            dequantised[key] = codes.float() * expand(scale_inv, tensor.shape)  # exact in float32
+            dequantised[key] = codes.float() * expand(scale_inv, tensor.shape)  # one float32 rounding each
     config = json.loads((source / "config.json").read_text())
     folders = root / f"{name}_fp8", root / f"{name}_dequantised"
     for folder, weights, extra in zip(folders, (quantised, dequantised), (
@@ -108,6 +111,20 @@ def test_e8m0_scales_match_torch_on_all_256_codes():
     ours = fp8.e8m0_to_f32(np.arange(256, dtype=np.uint8))
     theirs = torch.arange(256, dtype=torch.uint8).view(torch.float8_e8m0fnu).float().numpy()
     assert np.array_equal(ours, theirs, equal_nan=True)
+
+
+def test_fused_experts_and_per_tensor_scales_dequantise_as_their_matrices_do():
+    """A fused expert tensor [E, out, in] (FP8Experts' gate_up_proj) is E matrices with E grids of scales; with
+    weight_block_size null one scale covers a whole matrix (a scalar for FP8Linear, [E, 1, 1] for experts)."""
+    rng = np.random.default_rng(0)
+    codes = rng.normal(size=(3, 200, 130)).astype(np.float32)  # [E, out, in]
+    scales = rng.uniform(0.5, 2, size=(3, 2, 2)).astype(np.float32)  # [E, ceil(200/128), ceil(130/128)]
+    fused = fp8.dequantize(codes, scales, [BLOCK, BLOCK], "experts.gate_up_proj")
+    for e in range(3):
+        assert np.array_equal(fused[e], codes[e] * expand(torch.from_numpy(scales[e]), codes[e].shape).numpy())
+    per_tensor = fp8.dequantize(codes, scales[:, :1, :1], None, "experts.down_proj")  # [E, 1, 1]
+    assert np.array_equal(per_tensor, codes * scales[:, :1, :1])
+    assert np.array_equal(fp8.dequantize(codes[0], scales[0, 0, 0], None, "o_proj.weight"), codes[0] * scales[0, 0, 0])
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -210,3 +227,26 @@ def damage_tensor(tensors: dict, scale="keep", weight=None) -> None:
         tensors[DOWN + "_scale_inv"] = scale
     if weight is not None:
         tensors[DOWN] = tensors[DOWN].float().to(weight)
+
+
+def test_static_activation_scales_are_not_read_and_ue8m0_scales_are_powers_of_two(pairs, tmp_path):
+    """activation_scheme "static" adds a per-tensor activation_scale beside each weight, which only an FP8 kernel
+    uses (to round its inputs): the model loads and computes in float32 all the same. scale_fmt "ue8m0" stores
+    each scale as a byte b meaning 2^(b - 127)."""
+    folder = tmp_path / "model"
+    shutil.copytree(pairs["qwen3_edges"][0], folder)
+    tensors = safetensors.torch.load_file(folder / "model.safetensors")
+    for key in [key for key in tensors if key.endswith("_scale_inv")]:
+        exponents = torch.ceil(torch.log2(tensors[key]))  # ue8m0 rounds each scale up to a power of two
+        tensors[key] = (exponents + 127).to(torch.uint8)
+        tensors[key.removesuffix("weight_scale_inv") + "activation_scale"] = torch.tensor(0.5)
+    safetensors.torch.save_file(tensors, folder / "model.safetensors")
+    config = json.loads((folder / "config.json").read_text())
+    config["quantization_config"] |= {"activation_scheme": "static", "scale_fmt": "ue8m0"}
+    (folder / "config.json").write_text(json.dumps(config))
+
+    codes, exponents = tensors[DOWN].float(), tensors[DOWN + "_scale_inv"].float() - 127  # [160, 200], [2, 2]
+    expected = (codes * expand(torch.exp2(exponents), codes.shape)).numpy()  # exact: power-of-two scales
+    model = tinyinfer.load(folder)
+    assert np.array_equal(model.params["layers"][1]["mlp"]["down"], expected.T)  # stored [in, out]
+    assert np.isfinite(model.logits(prompt_ids(8))).all()

@@ -2,13 +2,20 @@
 llama.cpp's own expected ids for its vocabulary test strings, transformers' tokenizer converted from the GGUF
 (`AutoTokenizer.from_pretrained(folder, gguf_file=name)`), and Google's sentencepiece on the Llama-2
 tokenizer.model whose vocabulary ggml-vocab-llama-spm.gguf holds. The `gguf` package reads the metadata here
-(a reference tool: tinyinfer's runtime never imports it)."""
+(a reference tool: tinyinfer's runtime never imports it).
+
+llama.cpp's pre-tokenizer table (PRE_TOKENIZERS) is checked three ways: its adapted patterns split as Hugging Face
+tokenizers does with the tokenizer.json regexes they came from (ORIGINALS), every pattern splits as llama.cpp's
+own std::regex does over the text as llama.cpp hands it over (tests/llamacpp_regex_split.cpp), and a vocabulary
+under each new name encodes to the ids of a tokenizers BPE with the same merges, split and ignore_merges."""
 
 from __future__ import annotations
 
 import copy
 import functools
 import importlib.util
+import itertools
+import unicodedata
 
 import pytest
 import regex
@@ -325,10 +332,17 @@ def test_cased_patterns_differ_from_their_originals_only_as_llamacpp_does(name):
     assert sum(ours(t) != ref(t) for t in split_texts()) > 0  # real text has such cases (UTF-8-demo's Greek, Thai)
 
 
+def test_youtu_reads_no_letter_case_as_llamacpp():
+    """Youtu's pattern names \\p{Lu} and \\p{Ll}, which llama.cpp's engine reads as any letter: CamelCase stays whole."""
+    ours, literal = tinyinfer_split(PRE_TOKENIZERS["youtu"]), hf_split(LLAMACPP_LITERAL["youtu"])
+    assert ours("HelloWorld 안녕 Hi") == [*ours("HelloWorld"), " ", "안녕", " Hi"] and ours("HelloWorld") == ["HelloWorld"]
+    assert literal("HelloWorld") == ["Hello", "World"]  # what the pattern says to an engine with letter case
+
+
 def test_every_table_pattern_splits_as_the_tokenizers_library_reads_it():
     """Python's regex module reads every pattern of the table as Oniguruma does (Hugging Face tokenizers' engine),
     llama.cpp's and tinyinfer's own patterns alike, on the same texts."""
-    texts = split_texts() + ["1234567 ١٢٣٤ <sentinel:12> IMGIMGABZ a\t\tb    c  d", "x~~\n~abc 3~4 $$ ^^"]
+    texts = split_texts()[1:] + LLAMACPP_CASES  # all but corpus.en, which the tests above split
     for patterns in {tuple(p) for p in PRE_TOKENIZERS.values()}:
         ours, ref = tinyinfer_split(list(patterns)), hf_split(list(patterns))
         for text in texts:
@@ -359,7 +373,7 @@ def hf_tokenizer(metadata: dict, patterns: list[str], ignore_merges: bool):
 
 
 @pytest.mark.parametrize("name", ["tekken", "gpt-4o", "qwen35", "jais-2", "minicpm5", "bailingmoe", "deepseek-v3",
-                                  "chameleon", "superbpe", "glm4", "exaone4"])
+                                  "chameleon", "superbpe", "glm4", "exaone4", "youtu"])
 def test_new_pre_tokenizers_give_the_ids_of_the_original_tokenizer(name, gpt2_metadata):
     """A GGUF-style vocabulary named `name` encodes as Hugging Face tokenizers does with the same vocabulary, merges,
     the original regexes (where llama.cpp adapted them; else its own) and ignore_merges as llama.cpp sets it."""
@@ -396,8 +410,123 @@ def test_llamacpp_flags_ignore_merges_and_bos(gpt2_metadata):
 
 
 @pytest.mark.parametrize("name, why", [("kimi-k2", "hand-written splitter"), ("afmoe", "digit splitter"),
-                                       ("gemma4", "raw UTF-8"), ("sarvam-moe", "byte_encode = false")])
+                                       ("gemma4", "raw UTF-8"), ("sarvam-moe", "byte_encode = false"),
+                                       ("tiny_aya", "C\\+\\+ library")])
 def test_pre_tokenizers_beyond_regexes_are_refused_with_the_fix(name, why):
     with pytest.raises(TinyInferError, match=rf"pre-tokenizer '{name}'.*{why}.*Hugging Face folder"):
         tokenizer_from_gguf({"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.tokens": ["a"],
                              "tokenizer.ggml.merges": [], "tokenizer.ggml.pre": name})
+
+
+# llama.cpp's own split (src/unicode.cpp, unicode_regex_split) re-enacted: its std::regex, compiled from
+# tests/llamacpp_regex_split.cpp, over the text as llama.cpp hands it over. A pattern with a Unicode property
+# (\p{L}...) runs on the "collapsed" text, one byte per character: ASCII as it is, other white space as \v, any
+# other character as a byte for its category; each \p{..} becomes that byte plus its ASCII members. A pattern
+# without one runs as std::wregex on the code points, non-ASCII white space again as \v.
+PROPERTY = {r"\p{N}": "N", r"\p{L}": "L", r"\p{P}": "P", r"\p{M}": "M", r"\p{S}": "S",
+            **{rf"\p{{L{case}}}": "L" for case in "ultmo"}}
+CATEGORY_BYTE = {"N": "\xd1", "L": "\xd2", "P": "\xd3", "M": "\xd4", "S": "\xd5"}  # other categories: \xd0
+ASCII_MEMBERS = {"N": "0-9", "L": "A-Za-z", "P": r"!-#%-*,-/:-;?-@\[-\]_\{\}", "M": "", "S": r"\$\+<->^`\|"}
+# patterns llama.cpp splits by hand-written code, which test_ids_equal_llamacpp_on_its_vocab_test_strings checks
+HAND_WRITTEN = {PRE_TOKENIZERS["gpt-2"][0], PRE_TOKENIZERS["llama3"][0]}
+_DEEPSEEK3 = r"""[!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+"""
+_CONTRACTION = "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
+# src/llama-vocab.cpp's regex_exprs where tinyinfer's table spells them as llama.cpp's engine reads them
+LLAMACPP_LITERAL = {
+    "deepseek-llm": [*PRE_TOKENIZERS["deepseek-llm"][:2], r"\s?[!-/:-~！-／：-～‘-‟　-。]+", r"\s+$", "[一-龥ࠀ-一가-퟿]+",
+                     r"\p{N}+"],
+    "deepseek-coder": ["[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", "[一-龥ࠀ-一가-퟿]+", r"\p{N}"],
+    "deepseek-v3": [*PRE_TOKENIZERS["deepseek-v3"][:2], _DEEPSEEK3 + r"| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"],
+    "spark2_5": [*PRE_TOKENIZERS["spark2_5"][:2], _DEEPSEEK3 + r"| ?[\p{P}\p{S}]+|[\r\n]|\s+(?!\S)|\s+", r"\p{N}"],
+    "superbpe": [r"\p{N}+", r"(?=(\d{3})+(?!\d))"],
+    "youtu": [PRE_TOKENIZERS["youtu"][0],
+              r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+" + _CONTRACTION
+              + r"?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*" + _CONTRACTION
+              + r"?|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"],
+}
+LLAMACPP_CASES = ["a\u2003b\u00a0c \u3000\u3000。 ١٢٣٤٥ x\u202fy 안녕하세요 ㄅㄆ （全角） HelloWorld ÜberAll",
+                  "1234567 ١٢٣٤ <sentinel:12> IMGIMGABZ a\t\tb    c  d", "x~~\n~abc 3~4 $$ ^^ a ~ b"]
+
+
+def collapsed_text(text: str) -> str:
+    def byte(c: str) -> str:
+        if ord(c) < 128:
+            return c
+        return "\x0b" if c.isspace() else CATEGORY_BYTE.get(unicodedata.category(c)[0], "\xd0")
+    return "".join(byte(c) for c in text)
+
+
+def collapsed_regex(pattern: str) -> str:
+    """Each \\p{..} as its byte and ASCII members, bracketed outside a class (unicode_regex_split's loop)."""
+    out, inside, i = [], False, 0
+    while i < len(pattern):
+        if pattern[i] == "[" and (i == 0 or pattern[i - 1] != "\\"):
+            inside = True
+        elif inside and pattern[i] == "]" and pattern[i - 1] != "\\":
+            inside = False
+        elif (prop := regex.match(r"\\p\{\w+\}", pattern[i:])) and prop.group() in PROPERTY:
+            cat = PROPERTY[prop.group()]
+            members = CATEGORY_BYTE[cat] + ASCII_MEMBERS[cat]
+            out.append(members if inside else f"[{members}]")
+            i += len(prop.group())
+            continue
+        out.append(pattern[i])
+        i += 1
+    return "".join(out)
+
+
+@pytest.fixture(scope="module")
+def llamacpp_regex_split(tmp_path_factory):
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    compiler = shutil.which("g++") or shutil.which("clang++")
+    if compiler is None:
+        pytest.skip("no C++ compiler (g++ or clang++) to build tests/llamacpp_regex_split.cpp")
+    binary = tmp_path_factory.mktemp("llamacpp") / "split"
+    source = Path(__file__).with_name("llamacpp_regex_split.cpp")
+    subprocess.run([compiler, "-O1", "-std=c++17", str(source), "-o", str(binary)], check=True)
+
+    def split(pattern: str, pieces: list[str]) -> list[list[str]]:
+        if any(p in pattern for p in PROPERTY):
+            head = "c " + collapsed_regex(pattern).encode("latin-1").hex()
+            lines = [collapsed_text(p).encode("latin-1").hex() for p in pieces]
+        else:
+            head = "w " + "".join(f"{ord(c):08x}" for c in pattern)
+            lines = ["".join(f"{0x0B if ord(c) > 0x7F and c.isspace() else ord(c):08x}" for c in p) for p in pieces]
+        out = subprocess.run([str(binary)], input="\n".join([head, *lines]) + "\n", capture_output=True, text=True,
+                             check=True).stdout.split("\n")
+        result = []
+        for piece, line in zip(pieces, out):
+            ends = list(itertools.accumulate(int(n) for n in line.split(",") if n))
+            result.append([piece[a:b] for a, b in zip([0, *ends], ends) if b > a])
+        return result
+    return split
+
+
+def llamacpp_pieces(split, patterns: list[str], texts: list[str]) -> list[list[str]]:
+    pieces = [[t] for t in texts]
+    for pattern in patterns:
+        if pattern in HAND_WRITTEN:
+            step = tinyinfer_split([pattern])
+            pieces = [[q for p in ps for q in step(p)] for ps in pieces]
+        else:
+            flat = split(pattern, [p for ps in pieces for p in ps])
+            it = iter(flat)
+            pieces = [[q for _ in ps for q in next(it)] for ps in pieces]
+    return pieces
+
+
+DISTINCT = list({tuple(patterns): name for name, patterns in reversed(PRE_TOKENIZERS.items())}.values())
+
+
+@pytest.mark.parametrize("name", DISTINCT)
+def test_every_table_entry_splits_as_llamacpps_std_regex(name, llamacpp_regex_split):
+    """Each entry of the table splits real text and the hand-picked cases as llama.cpp's regexes for the name do
+    in llama.cpp's engine: std::regex over the text as src/unicode.cpp hands it over."""
+    texts = split_texts()[1:] + LLAMACPP_CASES  # all but corpus.en, to keep std::regex's time short
+    expected = llamacpp_pieces(llamacpp_regex_split, LLAMACPP_LITERAL.get(name, PRE_TOKENIZERS[name]), texts)
+    ours = tinyinfer_split(PRE_TOKENIZERS[name])
+    for text, pieces in zip(texts, expected):
+        assert ours(text) == pieces, text[:60]

@@ -18,15 +18,26 @@ that undoing any switch moves the logits by more than MISTAKE_MIN, far past the 
 Checked: logits against transformers (float32, eager attention) within 1e-4 at every position, also through the
 tiled long-prompt path; cached decode against tinyinfer's own full recompute within 1e-9 (in float64); greedy
 tokens equal to transformers' generate; the serving engine (paged cache, batched decode) equal to model.generate;
-the parameter count from the config; the Hub's MXFP4 files refused with the conversion to run.
+the parameter count from the config.
+
+The Hub's files store the experts in MXFP4 (families/gpt_oss.py): `mxfp4_folder` writes a tiny checkpoint that way,
+quantised by `mxfp4_encode` (the OCP MX recipe). Checked: the decoding equals transformers' bit for bit on every
+byte and exponent (and is not GGUF's nibble order); the loaded experts equal the ones transformers dequantises
+(Mxfp4Config(dequantize=True)) exactly, the logits within the float32 bound; the experts are dequantised one at a
+time (tracemalloc's peak); a wrong block layout is refused naming the tensor; `generate` runs on the folder from the
+command line.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
+import tracemalloc
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import safetensors.numpy
 import torch
 import transformers
 from tiny_models import (
@@ -36,20 +47,29 @@ from tiny_models import (
     build_with_transformers,
     built_once,
     generation_tests,
+    make_tiny_models,
     memory_test,
     mistake_test,
     parity_tests,
+    prompt_ids,
     tiled_attention_calls,
 )
+from tolerances import assert_close, logits_bound
+from transformers.integrations.mxfp4 import FP4_VALUES, convert_moe_packed_tensors
 from transformers.models.gpt_oss import modeling_gpt_oss as hf
 
 import tinyinfer
 import tinyinfer.model
 from tinyinfer.attention import attention, causal_mask, decode_attention, decode_mask
-from tinyinfer.families import config_from_hf, load_hf_config
+from tinyinfer.cli import main
 from tinyinfer.errors import TinyInferError
+from tinyinfer.families import config_from_hf, load_hf_config
+from tinyinfer.families.gpt_oss import expert_weights, hub_mxfp4_rows, mlp
 from tinyinfer.flash_attention import tiled_attention
+from tinyinfer.gguf.quants import dequantize_mxfp4
 from tinyinfer.moe import route_topk_softmax
+from tinyinfer.safetensors_io import Checkpoint
+from tinyinfer.weights import tensor_getter
 
 YARN = {"rope_type": "yarn", "rope_theta": 150000.0, "factor": 4.0, "original_max_position_embeddings": 32,
         "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False}
@@ -192,11 +212,14 @@ def test_the_three_attention_paths_with_sinks_follow_the_formula(window):
                                rtol=0, atol=1e-12)  # a sink of -inf takes nothing: the plain softmax
 
 
-def test_the_hubs_mxfp4_files_are_refused_with_the_conversion():
-    config = {"model_type": "gpt_oss", **GPT_OSS,
-              "quantization_config": {"quant_method": "mxfp4", "modules_to_not_convert": ["model.layers.*.self_attn"]}}
-    with pytest.raises(TinyInferError, match=r"'mxfp4' are not supported.*MXFP4.*bf16.*Mxfp4Config\(dequantize=True\)"):
-        config_from_hf(config)
+def test_mxfp4_is_read_for_gpt_oss_only_and_other_methods_stay_refused():
+    hub = {"quant_method": "mxfp4", "modules_to_not_convert": ["model.layers.*.self_attn"]}
+    assert config_from_hf({"model_type": "gpt_oss", **GPT_OSS, "quantization_config": hub}).n_experts == 4
+    llama = {"model_type": "llama", **TINY_CONFIG}
+    with pytest.raises(TinyInferError, match=r"'mxfp4' are not supported by llama \(supported: .*mxfp4 \(gpt_oss\)"):
+        config_from_hf({**llama, "quantization_config": hub})
+    with pytest.raises(TinyInferError, match=r"'gptq' are not supported by gpt_oss .*use an fp32, fp16 or bf16"):
+        config_from_hf({"model_type": "gpt_oss", **GPT_OSS, "quantization_config": {"quant_method": "gptq"}})
 
 
 @pytest.mark.parametrize("edit, message", [
@@ -246,3 +269,157 @@ def test_router_softmaxes_the_top_k_logits_only():
     weights, chosen, _ = route_topk_softmax(h.numpy(), mlp, 3)
     assert chosen.tolist() == indices.tolist()
     np.testing.assert_allclose(weights, scores.numpy(), rtol=0, atol=1e-6)
+
+
+# -- the Hub's MXFP4 files ---------------------------------------------------------------------------------------
+
+MXFP4_FIELDS = dict(GPT_OSS, hidden_size=64, intermediate_size=32)  # rows of 64 and 32: whole blocks of 32 weights
+HUB_QUANTIZATION = {"quant_method": "mxfp4", "modules_to_not_convert": [  # openai/gpt-oss-20b's config.json
+    "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]}
+FP4_MAGNITUDES = np.array(FP4_VALUES[:8], dtype=np.float32)  # 0, 0.5, 1, 1.5, 2, 3, 4, 6: codes 0..7; 8 + m is -m's
+
+
+def mxfp4_encode(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """w [E, in, out] in MXFP4 as the Hub's files store it: each row of w.T [out, in] in blocks of 32 under the
+    OCP MX spec's shared exponent, floor(log2(max |w|)) - 2 (the block's largest weight lands in [4, 8), clamped
+    to 6), every weight the nearest FP4 value (sign bit 8), two codes to a byte, the even weight's in the low nibble.
+    -> blocks [E, out, in/32, 16], scales [E, out, in/32] (E8M0: the exponent + 127), both uint8"""
+    E, n, R = w.shape
+    x = np.swapaxes(w, 1, 2).reshape(E, R, n // 32, 32)  # [E, in, out] -> [E, out, in] -> [E, out, G, 32]
+    exponent = np.floor(np.log2(np.abs(x).max(axis=-1))) - 2  # [E, out, G]
+    y = x / np.exp2(exponent)[..., None]  # [E, out, G, 32], |y| < 8
+    codes = np.abs(np.abs(y)[..., None] - FP4_MAGNITUDES).argmin(axis=-1) | np.signbit(y) << 3  # [E, out, G, 32]
+    blocks = codes[..., 0::2] | codes[..., 1::2] << 4  # [E, out, G, 16]
+    # contiguous: safetensors.numpy.save_file writes an array's memory, whatever its strides
+    return np.ascontiguousarray(blocks, dtype=np.uint8), np.ascontiguousarray(exponent + 127, dtype=np.uint8)
+
+
+def write_mxfp4_experts(folder):
+    """`folder`'s experts' weights (gate_up_proj, down_proj) replaced by their MXFP4 blocks and scales, and config.json
+    given the Hub's quantization_config."""
+    path = folder / "model.safetensors"
+    tensors = safetensors.numpy.load_file(path)
+    for name in [name for name in tensors if name.endswith(("experts.gate_up_proj", "experts.down_proj"))]:
+        tensors[f"{name}_blocks"], tensors[f"{name}_scales"] = mxfp4_encode(tensors.pop(name))
+    safetensors.numpy.save_file(tensors, path, metadata={"format": "pt"})
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "quantization_config": HUB_QUANTIZATION}))
+
+
+@pytest.fixture(scope="module")
+def mxfp4_folder(tmp_path_factory):
+    """A tiny gpt-oss checkpoint whose experts are stored in MXFP4, as the Hub's files store them, with a tokenizer."""
+    folder = build_with_transformers(tmp_path_factory.mktemp("mxfp4") / "gpt_oss_mxfp4", "GptOssConfig",
+                                     MXFP4_FIELDS, wide_params=SINKS)
+    write_mxfp4_experts(folder)
+    make_tiny_models.make_tokenizer().save(str(folder / "tokenizer.json"))
+    return folder
+
+
+def hf_mxfp4_model(folder):
+    """transformers' model of an MXFP4 folder, dequantised to float32 (its CPU path), eager attention."""
+    return transformers.AutoModelForCausalLM.from_pretrained(
+        folder, dtype=torch.float32, attn_implementation="eager",
+        quantization_config=transformers.Mxfp4Config(dequantize=True)).eval()
+
+
+def test_hub_mxfp4_rows_equal_transformers_dequantisation_bit_for_bit():
+    """Every byte value in every position, under exponents from 2^-127 (subnormal) to 2^125 (the largest whose
+    products stay finite in float32): equal to transformers' convert_moe_packed_tensors, which also lays the rows
+    out [in, out]; GGUF's order read into the same bytes (weights i and i + 16 in byte i) gives other numbers."""
+    rng = np.random.default_rng(0)
+    blocks = rng.integers(0, 256, size=(2, 48, 3, 16), dtype=np.uint8)  # [E, out, G, 16]
+    blocks[0, :16, 0] = np.arange(256, dtype=np.uint8).reshape(16, 16)
+    scales = rng.integers(0, 253, size=(2, 48, 3), dtype=np.uint8)  # [E, out, G]
+    scales[0, :5, 0] = [0, 1, 126, 127, 252]
+    theirs = convert_moe_packed_tensors(torch.from_numpy(blocks), torch.from_numpy(scales), dtype=torch.float32)
+    for e in range(2):
+        ours = hub_mxfp4_rows(blocks[e], scales[e]).T  # [out, 96] -> [96, out]
+        assert ours.dtype == np.float32 and np.array_equal(ours, theirs[e].numpy())
+    ggml_order = dequantize_mxfp4(np.concatenate([scales[0].reshape(-1, 1), blocks[0].reshape(-1, 16)], axis=1))
+    assert not np.array_equal(ggml_order.reshape(48, 96).T, theirs[0].numpy())
+
+
+def test_hub_mxfp4_files_load_as_transformers_dequantises_them(mxfp4_folder):
+    """The file holds no float expert weights; tinyinfer's experts are the ones transformers dequantises, to the
+    bit, and its logits at every position are transformers' within the float32 rounding bound."""
+    stored = Checkpoint(mxfp4_folder)
+    assert not any(name.endswith(("gate_up_proj", "down_proj")) for name in stored.names())
+    assert stored.dtype("model.layers.0.mlp.experts.gate_up_proj_blocks") == "U8"
+    theirs, model = hf_mxfp4_model(mxfp4_folder), tinyinfer.load(mxfp4_folder)
+    for i, layer in enumerate(model.params["layers"]):
+        experts = theirs.model.layers[i].mlp.experts
+        gate_up = experts.gate_up_proj.detach().numpy()  # [E, d, 2 ff]
+        down = experts.down_proj.detach().numpy()  # [E, ff, d]
+        for e, expert in enumerate(layer["mlp"]["experts"]):
+            assert np.array_equal(expert["gate"], gate_up[e][:, 0::2])
+            assert np.array_equal(expert["up"], gate_up[e][:, 1::2])
+            assert np.array_equal(expert["down"], down[e])
+    ids = prompt_ids(24)
+    with torch.no_grad():
+        expected = theirs(torch.tensor([ids])).logits[0].numpy()  # [T, V]
+    assert_close(model.logits(ids), expected, logits_bound(model.config, expected))
+
+
+def _write_blocks(folder, name: str, array: np.ndarray) -> None:
+    path = folder / "model.safetensors"
+    tensors = safetensors.numpy.load_file(path)
+    tensors[name] = np.ascontiguousarray(array)
+    safetensors.numpy.save_file(tensors, path, metadata={"format": "pt"})
+
+
+@pytest.mark.parametrize("damage, found", [
+    # down_proj's blocks cut along its output instead of its input: the same bytes in [E, in, out/32, 16]
+    (lambda a: a.reshape(4, 32, 2, 16), "U8 [4, 32, 2, 16]"),
+    (lambda a: a.reshape(4, 64, 2, 8), "U8 [4, 64, 2, 8]"),  # blocks of 8 bytes: 16 weights
+    (lambda a: a.astype(np.float32), "F32 [4, 64, 1, 16]"),  # codes widened to numbers
+])
+def test_a_wrong_mxfp4_block_layout_is_refused_naming_the_tensor(mxfp4_folder, tmp_path, capsys, damage, found):
+    folder = shutil.copytree(mxfp4_folder, tmp_path / "damaged")
+    name = "model.layers.1.mlp.experts.down_proj_blocks"
+    _write_blocks(folder, name, damage(Checkpoint(mxfp4_folder).raw(name)))
+    words = (repr(name), f"is {found}, expected U8 [4, 64, 1, 16]", "MXFP4", "re-download")
+    with pytest.raises(TinyInferError) as info:
+        tinyinfer.load(folder)
+    assert all(word in str(info.value) for word in words), str(info.value)
+    assert main(["generate", "--model", str(folder), "hi"]) == 1
+    assert capsys.readouterr().err.strip() == f"error: {info.value}"  # one line, no traceback
+
+
+def test_mxfp4_rows_must_be_whole_blocks(tmp_path):
+    """A config.json whose rows (hidden_size 48) are not whole blocks of 32 weights is refused by name."""
+    safetensors.numpy.save_file({"x_blocks": np.zeros((1, 16, 2, 16), np.uint8)}, tmp_path / "model.safetensors")
+    with pytest.raises(TinyInferError, match=r"x_blocks: MXFP4 stores rows in blocks of 32 weights, but config.json "
+                                             r"gives its rows 48"):
+        expert_weights(tensor_getter(Checkpoint(tmp_path), np.float32), "x", 1, 48, 16)
+
+
+def test_mxfp4_experts_are_dequantised_one_at_a_time(tmp_path):
+    """Loading a layer of 16 MXFP4 experts allocates, beyond the float32 experts it returns, less than 4 experts'
+    worth of float32 (one expert's temporaries): never the whole layer's dequantised tensor at once."""
+    E, d, ff, rng = 16, 128, 128, np.random.default_rng(0)
+    p = "model.layers.0.mlp"
+    tensors = {f"{p}.router.weight": np.zeros((E, d), np.float32), f"{p}.router.bias": np.zeros(E, np.float32),
+               f"{p}.experts.gate_up_proj_bias": np.zeros((E, 2 * ff), np.float32),
+               f"{p}.experts.down_proj_bias": np.zeros((E, d), np.float32)}
+    for name, rows, cols in (("gate_up_proj", 2 * ff, d), ("down_proj", d, ff)):
+        tensors[f"{p}.experts.{name}_blocks"] = rng.integers(0, 256, (E, rows, cols // 32, 16), dtype=np.uint8)
+        tensors[f"{p}.experts.{name}_scales"] = rng.integers(120, 130, (E, rows, cols // 32), dtype=np.uint8)
+    safetensors.numpy.save_file(tensors, tmp_path / "model.safetensors")
+    get, cfg = tensor_getter(Checkpoint(tmp_path), np.float32), SimpleNamespace(d_model=d, n_experts=E, moe_d_ff=ff)
+    tracemalloc.start()
+    layer = mlp(get, cfg, 0)
+    kept, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    one_expert = 3 * d * ff * 4  # bytes of gate, up and down in float32
+    assert kept >= E * one_expert and len(layer["experts"]) == E
+    assert peak - kept < 4 * one_expert, (peak - kept) / one_expert
+
+
+def test_generate_runs_on_hub_mxfp4_files_from_the_command_line(mxfp4_folder, capsys):
+    """`python -m tinyinfer generate --model <folder>` prints the greedy text the API gives on the same folder."""
+    prompt = "Once upon a time"
+    assert main(["generate", "--model", str(mxfp4_folder), prompt, "--max-tokens", "8", "--ignore-eos"]) == 0
+    printed = capsys.readouterr().out
+    result = tinyinfer.load(mxfp4_folder).generate(prompt, max_tokens=8, ignore_eos=True)
+    assert len(result.token_ids) == 8 and printed == result.text + "\n"

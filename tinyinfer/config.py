@@ -83,7 +83,8 @@ class Config:
     eos_token_ids: list[int] = field(default_factory=list)
     torch_dtype: str | None = None  # the dtype the checkpoint was saved in, as the file says
     # config.json's quantization_config, checked, when its weights are dequantised at load ({"quant_method": "fp8",
-    # "weight_block_size": [128, 128], ...}: tinyinfer/fp8.py); None: the file stores plain floats
+    # "weight_block_size": [128, 128], ...}: tinyinfer/fp8.py; "mxfp4": gpt-oss's experts, families/gpt_oss.py);
+    # None: the file stores plain floats
     quantization_config: dict | None = None
     # Mixture-of-Experts (tinyinfer/moe.py); n_experts == 0 means a dense model
     n_experts: int = 0

@@ -17,10 +17,14 @@ Fused expert tensors ([E, out, in], named `...experts.gate_up_proj`) carry `...e
 unquantised (modules_to_not_convert, the norms, the embeddings) are stored as plain floats and read as such.
 "weight_block_size": null means one scale per tensor (a scalar, or [E, 1, 1] for fused experts).
 
-Every FP8 E4M3 number and every product with a float32 scale is exact in float32 (4 mantissa bits times 24 fit
-in 24), so the loaded weights equal transformers' `dequantize=True` ones to the bit. An FP8 kernel would also
-round the activations to FP8 (per block, "dynamic", or with a stored per-tensor `activation_scale`, "static");
-tinyinfer computes in float32 and never reads those scales, as transformers' dequantised models do.
+Every E4M3 number is exact in float32, and each weight is one float32 product with its scale, rounded once (exact
+for power-of-two scales, scale_fmt "ue8m0"): to the bit what `w_fp8.float() * scale_inv` gives in PyTorch.
+(transformers 5's CPU `dequantize=True` path takes a block to be the weight's size over the number of scales:
+the same numbers where the sizes are whole blocks; at short edge blocks, 200 rows over 2 scales, it reads blocks
+of 100 rows where the kernels and FP8Linear's ceil-sized scales mean 128 and 72. tinyinfer reads them as the
+kernels do.) An FP8 kernel would also round the activations to FP8 (per block, "dynamic", or with a stored
+per-tensor `activation_scale`, "static"); tinyinfer computes in float32 and never reads those scales, as
+transformers' dequantised models do.
 
 E4M3 ("fn": finite, no infinities): 1 sign bit, 4 exponent bits biased by 7, 3 mantissa bits.
 
@@ -92,7 +96,7 @@ def check_config(qc: dict) -> dict:
 
 
 def read_weight(checkpoint, name: str, block: list[int] | None) -> np.ndarray:
-    """The FP8 tensor `name` times its scales, as float32 (exact).  [..., out, in] -> [..., out, in]"""
+    """The FP8 tensor `name` times its scales, as float32.  [..., out, in] -> [..., out, in]"""
     stored = checkpoint.dtype(name)
     if stored != "F8_E4M3":
         raise TinyInferError(f"tensor {name!r} is stored as {stored}: transformers' fp8 format (config.json's "

@@ -1,7 +1,8 @@
 """`tinyinfer.load`: from a name or a path to a ready Model.
 
 What `model` may be:
-- a Hugging Face model folder (config.json + safetensors [+ tokenizer.json, generation_config.json]);
+- a Hugging Face model folder (config.json + safetensors [+ tokenizer.json, generation_config.json]): fp32, fp16
+  or bf16 weights, or FP8 ones with block scales (transformers' "fp8" format, dequantised: tinyinfer/fp8.py);
 - a llama2.c checkpoint file (`.bin` with a llama2.c header), its tokenizer.bin found beside it;
 - a GGUF file (llama.cpp's format: weights, tokenizer and chat template in one file; tinyinfer/gguf/);
 - a built-in model name or a Hugging Face repo id (resolved by tinyinfer/resolve.py, when present).

@@ -46,7 +46,8 @@ def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
 
 
 class SafetensorsFile:
-    """One memory-mapped .safetensors file: `names()`, `shape(name)`, `dtype(name)`, `get(name) -> float32`."""
+    """One memory-mapped .safetensors file: `names()`, `shape(name)`, `dtype(name)`, `raw(name)` (as stored),
+    `get(name) -> float32`."""
 
     def __init__(self, path: Path):
         self.path = Path(path)
@@ -114,7 +115,7 @@ class SafetensorsFile:
         return tuple(self.header[name]["shape"])
 
     def dtype(self, name: str) -> str:
-        """The dtype as the header names it: "BF16", "F8_E4M3"..."""
+        """The dtype as the header names it: "BF16", "F8_E4M3", "U8"..."""
         return self.header[name]["dtype"]
 
     def raw(self, name: str) -> np.ndarray:

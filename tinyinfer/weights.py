@@ -51,6 +51,9 @@ Getter = Callable[..., np.ndarray]
 def tensor_getter(checkpoint: Checkpoint, dtype, strip_prefixes: tuple[str, ...] = (),
                   quantization: dict | None = None) -> Getter:
     """`get(name, shape)`: the tensor `name` as `dtype`, after checking it exists and has `shape`.
+    `get.has(name)`: whether the file holds it. `get.codes(name, shape, layout)`: a tensor of bytes as stored (a
+    view of the file: quantised codes or scales, laid out as `layout` says), for a loader that decodes it itself,
+    into `get.dtype` (`dtype`): gpt-oss's MXFP4 experts (families/gpt_oss.py).
 
     `quantization`: config.json's quantization_config as checked at load (Config.quantization_config). Under
     "fp8" each FP8 tensor is read times its block scales (tinyinfer/fp8.py); the scales themselves (`name` +
@@ -74,7 +77,17 @@ def tensor_getter(checkpoint: Checkpoint, dtype, strip_prefixes: tuple[str, ...]
             return fp8.read_weight(checkpoint, full, quantization["weight_block_size"]).astype(dtype, copy=False)
         return checkpoint.get(full, dtype)
 
+    def codes(name: str, shape: tuple[int, ...], layout: str) -> np.ndarray:
+        full = find(name)
+        found, stored = checkpoint.shape(full), checkpoint.dtype(full)
+        if found != tuple(shape) or stored != "U8":
+            raise TinyInferError(f"tensor {full!r} is {stored} {list(found)}, expected U8 {list(shape)} from "
+                                 f"config.json ({layout}); the file does not match its config.json: re-download it, "
+                                 "or re-export it from the original checkpoint")
+        return checkpoint.raw(full)
+
     get.has = lambda name: any(prefix + name in names for prefix in ("",) + strip_prefixes)  # layout probes
+    get.dtype, get.codes = dtype, codes
     return get
 
 

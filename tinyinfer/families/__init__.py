@@ -74,15 +74,9 @@ FAMILIES: dict[str, Family] = {family.model_type: family for family in (
 # model_types whose config.json wraps one of a family's: model_type -> the inner config.json
 WRAPPERS = {"gemma3": gemma3_text.text_config}  # Gemma 3 4B and larger: a vision tower beside the text model
 
-# The quantised formats read at load, dequantised to floats: quant_method -> the check of its quantization_config
+# The quantised formats read at load, dequantised to floats, in any family: quant_method -> the check of its
+# quantization_config. A family's loader may read others itself (Family.quantizations: gpt-oss's MXFP4 experts).
 DEQUANTISED = {"fp8": fp8.check_config}  # transformers' fine-grained FP8 (Qwen3-*-FP8, DeepSeek-V3)
-
-# What to do instead, for the quantised formats known to ship as a model's main files
-QUANTIZATION_FIXES = {
-    "mxfp4": "gpt-oss's Hub files store the experts in MXFP4 (4-bit floats); convert the checkpoint to bf16 first: "
-             "transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16, "
-             "quantization_config=transformers.Mxfp4Config(dequantize=True)).save_pretrained(out)",
-}
 
 
 def family_of(model_type: str) -> Family:
@@ -98,9 +92,9 @@ def config_from_hf(c: dict) -> Config:
         return config_from_hf(WRAPPERS[model_type](c))
     if model_type not in FAMILIES:
         raise TinyInferError(f"config.json: model_type {model_type!r} is not supported; supported: {', '.join(FAMILIES)}")
-    quantization = read_quantization(c.get("quantization_config"))
-    check_hf_sizes(c)
     family = FAMILIES[model_type]
+    quantization = read_quantization(c.get("quantization_config"), family)
+    check_hf_sizes(c)
     try:
         fields = family.read_config({**family.defaults, **c})
     except KeyError as e:
@@ -116,15 +110,19 @@ def config_from_hf(c: dict) -> Config:
     )
 
 
-def read_quantization(qc) -> dict | None:
-    """config.json's quantization_config, checked by its method's reader (DEQUANTISED); other methods refused."""
+def read_quantization(qc, family: Family) -> dict | None:
+    """config.json's quantization_config, checked by its method's reader (DEQUANTISED), or as it is when the
+    family's loader reads the method itself (Family.quantizations); other methods refused by name."""
     if not qc:
         return None
     method = qc.get("quant_method", "unknown") if isinstance(qc, dict) else "unknown"
+    if method in family.quantizations:
+        return qc
     if method not in DEQUANTISED:
-        raise TinyInferError(f"config.json: weights quantised with {method!r} are not supported (supported: "
-                             f"{', '.join(DEQUANTISED)}); "
-                             + QUANTIZATION_FIXES.get(method, "use an fp32, fp16 or bf16 checkpoint of the model"))
+        readers = {f"{m} ({f.model_type})" for f in FAMILIES.values() for m in f.quantizations}
+        raise TinyInferError(f"config.json: weights quantised with {method!r} are not supported by "
+                             f"{family.model_type} (supported: {', '.join([*DEQUANTISED, *sorted(readers)])}); use "
+                             "an fp32, fp16 or bf16 checkpoint of the model")
     return DEQUANTISED[method](qc)
 
 

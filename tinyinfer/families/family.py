@@ -26,6 +26,8 @@ class Family:
     strip_prefixes: tuple[str, ...] = ()  # name prefixes some checkpoints add ("transformer.", "language_model.")
     embedding_name: str = "model.embed_tokens.weight"
     head_names: tuple[str, ...] = ("lm_head.weight",)  # the output layer's tensor: the first one the file has
+    # the quantization_config methods ("quant_method") of the files its loader reads: gpt-oss's "mxfp4" experts
+    quantizations: tuple[str, ...] = ()
     # tinyinfer weight ("q", "k", "v", "qkv") -> the order the loader puts the file's output rows in, so a LoRA
     # adapter's lora_B rows (trained on the file's order) follow them (tinyinfer/lora.py); absent: kept in place
     lora_rows: Mapping[str, Callable[[Config], object]] = field(default_factory=dict)

@@ -9,10 +9,22 @@ Tensors: a Llama attention with biases and one sink logit per head (self_attn.si
 with a bias (mlp.router.weight [E, d], .bias [E]) and all experts of a layer fused, stored [in, out]:
     mlp.experts.gate_up_proj [E, d, 2*ff]: gate and up columns interleaved (gate, up, gate, up, ...), and its
     bias [E, 2*ff] the same way;  mlp.experts.down_proj [E, ff, d], its bias [E, d]
-(The Hub's original files hold the experts in MXFP4 instead: refused, with the conversion to use.)
+The Hub's original files (openai/gpt-oss-20b, -120b; config.json's quantization_config {"quant_method": "mxfp4"})
+store those two weights in MXFP4, as transformers reads them: for each, [out, in] rows in blocks of 32 weights,
+    mlp.experts.gate_up_proj_blocks [E, 2*ff, d/32, 16] (uint8: 32 FP4 E2M1 codes, two to a byte, low nibble first)
+    mlp.experts.gate_up_proj_scales [E, 2*ff, d/32]     (uint8: the block's E8M0 exponent, w = fp4[q] * 2^(e - 127))
+and down_proj_blocks [E, d, ff/32, 16], down_proj_scales [E, d, ff/32]; everything else in bf16. tinyinfer
+dequantises them to float32 at load, one expert at a time (`expert_weights`): exactly, since every FP4 value
+times a power of two is a float32 (MXFP4 is 4.25 bits a weight: gpt-oss-20b is 13 GB on disk, 84 GB in float32).
+
+    >>> blocks = np.array([[[0x21] + [0] * 15]], dtype=np.uint8)  # byte 0: weight 0 is code 1, weight 1 code 2
+    >>> hub_mxfp4_rows(blocks, np.array([[128]], dtype=np.uint8))[0, :3].tolist()  # fp4 0.5, 1.0, 0.0 times 2
+    [1.0, 2.0, 0.0]
 """
 
 from __future__ import annotations
+
+from typing import Callable
 
 import numpy as np
 
@@ -22,6 +34,7 @@ from tinyinfer.families.common import ATTENTION_BIASES, check_window, every_but_
 from tinyinfer.families.family import Family
 from tinyinfer.families.llama import attention as llama_attention
 from tinyinfer.families.llama import load_body, read_body
+from tinyinfer.gguf.quants import dequantize_mxfp4, type_by_name
 from tinyinfer.weights import Getter, linear
 
 # rope_parameters: GPT_OSS_ROPE
@@ -52,18 +65,55 @@ def attention(get: Getter, cfg: Config, p: str) -> dict:
 def mlp(get: Getter, cfg: Config, i: int) -> dict:
     """Layer i's router and experts, the interleaved gate/up columns split apart: gate the even ones, up the odd."""
     p, d, E, ff = f"model.layers.{i}.mlp", cfg.d_model, cfg.n_experts, cfg.moe_d_ff
-    gate_up = get(f"{p}.experts.gate_up_proj", (E, d, 2 * ff))  # [E, d, 2 ff], already [in, out]
+    gate_up = expert_weights(get, f"{p}.experts.gate_up_proj", E, d, 2 * ff)  # e -> [d, 2 ff]
+    down = expert_weights(get, f"{p}.experts.down_proj", E, ff, d)  # e -> [ff, d]
     gate_up_bias = get(f"{p}.experts.gate_up_proj_bias", (E, 2 * ff))  # [E, 2 ff]
-    down, down_bias = get(f"{p}.experts.down_proj", (E, ff, d)), get(f"{p}.experts.down_proj_bias", (E, d))
-    experts = [{"gate": np.ascontiguousarray(gate_up[e, :, 0::2]), "up": np.ascontiguousarray(gate_up[e, :, 1::2]),
-                "down": down[e], "gate_bias": gate_up_bias[e, 0::2], "up_bias": gate_up_bias[e, 1::2],
-                "down_bias": down_bias[e]} for e in range(E)]  # [d, ff], [d, ff], [ff, d], [ff], [ff], [d]
+    down_bias = get(f"{p}.experts.down_proj_bias", (E, d))  # [E, d]
+    experts = [expert(gate_up(e), gate_up_bias[e], down(e), down_bias[e]) for e in range(E)]
     return {"router": linear(get, f"{p}.router.weight", d, E), "router_bias": get(f"{p}.router.bias", (E,)),
             "experts": experts}
+
+
+def expert(gate_up: np.ndarray, gate_up_bias: np.ndarray, down: np.ndarray, down_bias: np.ndarray) -> dict:
+    """One expert's parameters: gate_up [d, 2 ff] and its bias [2 ff] split into even and odd columns,
+    -> gate, up [d, ff], down [ff, d], gate_bias, up_bias [ff], down_bias [d]."""
+    return {"gate": np.ascontiguousarray(gate_up[:, 0::2]), "up": np.ascontiguousarray(gate_up[:, 1::2]),
+            "down": down, "gate_bias": gate_up_bias[0::2], "up_bias": gate_up_bias[1::2], "down_bias": down_bias}
+
+
+MXFP4_BLOCK = type_by_name("MXFP4")[1]  # weights per block: 32
+
+
+def expert_weights(get: Getter, name: str, E: int, d_in: int, d_out: int) -> Callable[[int], np.ndarray]:
+    """`weight(e)`: expert e's [d_in, d_out] of the fused weight `name`, stored [E, d_in, d_out] in floats, or in
+    MXFP4 as `name`_blocks and `name`_scales (rows [out, in]: module docstring), dequantised when asked for."""
+    if not get.has(f"{name}_blocks"):
+        stacked = get(name, (E, d_in, d_out))  # [E, d_in, d_out]
+        return lambda e: stacked[e]
+    if d_in % MXFP4_BLOCK:
+        raise TinyInferError(f"{name}_blocks: MXFP4 stores rows in blocks of {MXFP4_BLOCK} weights, but config.json "
+                             f"gives its rows {d_in}; the file does not match its config.json")
+    G, B = d_in // MXFP4_BLOCK, MXFP4_BLOCK // 2  # blocks a row, bytes a block (two codes to a byte)
+    layout = f"MXFP4: [experts, out, in/{MXFP4_BLOCK}] blocks of {B} bytes, one exponent byte each"
+    blocks = get.codes(f"{name}_blocks", (E, d_out, G, B), layout)  # [E, d_out, G, 16], a view of the file
+    scales = get.codes(f"{name}_scales", (E, d_out, G), layout)  # [E, d_out, G]
+    return lambda e: hub_mxfp4_rows(blocks[e], scales[e]).T.astype(get.dtype, copy=False)  # -> [d_in, d_out]
+
+
+def hub_mxfp4_rows(blocks: np.ndarray, scales: np.ndarray) -> np.ndarray:
+    """Rows of weights from the Hub's MXFP4. Its codes and exponents mean what those of GGUF's MXFP4 blocks do,
+    w = fp4[q] * 2^(e - 127); only the order of the nibbles differs: byte i of a Hub block holds weights 2i (low
+    nibble) and 2i + 1 (high), byte i of a ggml block weights i and i + 16. So the codes are repacked into GGUF's
+    blocks, {u8 e; u8 qs[16]}, and decoded by gguf.quants' `dequantize_mxfp4`.
+    blocks [R, G, 16], scales [R, G] (uint8) -> [R, 32 G] (float32)"""
+    R, G, _ = blocks.shape
+    codes = np.stack([blocks & 0x0F, blocks >> 4], axis=-1).reshape(R * G, 32)  # [R, G, 16, 2] -> [R G, 32]
+    ggml = np.concatenate([scales.reshape(R * G, 1), codes[:, :16] | codes[:, 16:] << 4], axis=1)  # [R G, 1 + 16]
+    return dequantize_mxfp4(ggml).reshape(R, G * MXFP4_BLOCK)  # [R G, 32] -> [R, 32 G]
 
 
 def load_params(get: Getter, cfg: Config) -> dict:
     return load_body(get, cfg, mlp, attention)
 
 
-FAMILY = Family("gpt_oss", DEFAULTS, read_config, load_params)
+FAMILY = Family("gpt_oss", DEFAULTS, read_config, load_params, quantizations=("mxfp4",))

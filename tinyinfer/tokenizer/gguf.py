@@ -35,6 +35,8 @@ BPE, pre-tokenizers and decoders as for a Hugging Face folder):
 
 from __future__ import annotations
 
+import re
+
 from tinyinfer.errors import TinyInferError
 from tinyinfer.tokenizer.byte_level import BYTE_TO_CHAR, to_byte_level
 from tinyinfer.tokenizer.tokenizer import Tokenizer
@@ -46,8 +48,9 @@ NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
 # tokenizer.ggml.pre names llama_vocab::impl::load gives them): name -> the regexes applied in turn. The patterns are
 # llama.cpp's. Its regex engine (src/unicode.cpp: std::regex on a copy of the text where each non-ASCII character is
 # a byte for its category) has no (?i) and no letter case, so llama.cpp spells Llama-3's "(?i:'s|...)" with explicit
-# cases, and tekken's and GPT-4o's upper-case letter as "a letter that is not a-z" (_UPPER). Python's regex module
-# reads the patterns as that engine does, but for ASCII '~', which llama.cpp's \p{S} lacks (deepseek-v3's pattern).
+# cases, and tekken's and GPT-4o's upper-case letter as "a letter that is not a-z" (_UPPER). Where that engine reads
+# a pattern otherwise than Python's regex module would (a class with a non-ASCII space, '~' and \p{S}, \p{Lu}, \d),
+# the table spells it as llama.cpp reads it, and says so; tests/test_gguf_tokenizer.py runs both engines.
 _CONTRACTION = "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
 _UPPER, _LOWER = r"((?=[\p{L}])([^a-z]))", r"((?=[\p{L}])([^A-Z]))"  # the tokenizer.json's [\p{Lu}...], [\p{Ll}...]
 _GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"
@@ -75,9 +78,21 @@ _GRANITE_EMB_MULTI = _GPT4O.replace(r"(?=[\p{L}])", r"(?=[\p{L}\p{M}])")  # GPT-
 _DEEPSEEK_LETTERS = (  # \u escapes: compatibility letters (U+2126 Ω...) that an editor would normalise away
     r"A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝὟ-\u1F7Dᾀ-ᾴᾶ-ᾼ\u1FBEῂ-ῄῆ-ῌῐ-\u1FD3ῖ-\u1FDBῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤ\u2126ℨ\u212A-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳ"
     r"Ꙁ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-𐲲𐳀-𐳲𑢠-𑣟𞤀-𞥃")
-_CJK = "[一-龥ࠀ-一가-퟿]+"
+# llama.cpp hands its engine every non-ASCII space as \v, so no class of characters ever holds one: "[一-龥ࠀ-一가-퟿]"
+# (U+0800-U+4E00 spans U+2000-U+200A, U+3000...) leaves them out, and "　-。" starts at U+3001.
+_CJK = r"(?:(?!\s)[一-龥ࠀ-一가-퟿])+"
 _HAN_KANA = "[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+"  # CJK ideographs, hiragana, katakana
-_DEEPSEEK3_WORDS = r"""[!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+"""
+# DeepSeek-V3's patterns; llama.cpp's \p{S} lacks ASCII '~' (src/unicode.cpp's k_ucat_map), so "[^...\p{S}]" holds
+# it and "[\p{P}\p{S}]" does not.
+_DEEPSEEK3_WORDS = r"""[!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|(?:[^\r\n\p{L}\p{P}\p{S}]|~)?[\p{L}\p{M}]+"""
+_PUNCTUATION_SYMBOLS = r"(?:(?!~)[\p{P}\p{S}])+"
+# Youtu's: Korean, CJK punctuation, bopomofo, han and kana runs, then words. llama.cpp's engine reads \p{Lu},
+# \p{Ll}, \p{Lt}, \p{Lm} and \p{Lo} all as \p{L} (src/unicode.cpp's k_ucat_enum), so to it "HelloWorld" is one word.
+_YOUTU_SCRIPTS = "[가-힣ㄱ-ㆎ]+|[！…“”‘’—：；，、-〿︰-﹏]+|[ㄅ-ㄯ]+|" + _HAN_KANA
+_YOUTU_WORDS = re.sub(r"\\p\{L[ultmo]\}", r"\\p{L}", (  # as llama.cpp reads it
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+" + _CONTRACTION
+    + r"?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*" + _CONTRACTION
+    + r"?|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"))
 _DEFAULT = [r"[\p{P}\$\+<=>\^~\|]+", _GPT2, r"\p{N}+", "[0-9][0-9][0-9]"]
 _STARCODER = [r"\p{N}", _GPT2]
 _BLOOM = [r" ?[^(\s|.,!?…。，、।۔،)]+"]
@@ -89,11 +104,11 @@ PRE_TOKENIZERS: dict[str, list[str]] = {
     **dict.fromkeys([*_LLAMA3_NAMES, "dbrx", "smaug-bpe", "glm4", "chatglm-bpe"], [_LLAMA3]),
     "jais-2": [_JAIS2],
     "minicpm5": [r"\p{N}{1,3}", _MINICPM5],
-    "deepseek-llm": ["[\r\n]", rf"\s?[{_DEEPSEEK_LETTERS}]+", r"\s?[!-/:-~！-／：-～‘-‟　-。]+", r"\s+$", _CJK, r"\p{N}+"],
+    "deepseek-llm": ["[\r\n]", rf"\s?[{_DEEPSEEK_LETTERS}]+", r"\s?[!-/:-~！-／：-～‘-‟、-。]+", r"\s+$", _CJK, r"\p{N}+"],
     "deepseek-coder": ["[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", _CJK, r"\p{N}"],
     **dict.fromkeys(["deepseek-v3", "hunyuan-dense", "joyai-llm", "hy_v4"], [
-        r"\p{N}{1,3}", _HAN_KANA, _DEEPSEEK3_WORDS + r"| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"]),
-    "spark2_5": [r"\p{N}{1,3}", _HAN_KANA, _DEEPSEEK3_WORDS + r"| ?[\p{P}\p{S}]+|[\r\n]|\s+(?!\S)|\s+", r"\p{N}"],
+        r"\p{N}{1,3}", _HAN_KANA, rf"{_DEEPSEEK3_WORDS}| ?{_PUNCTUATION_SYMBOLS}[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"]),
+    "spark2_5": [r"\p{N}{1,3}", _HAN_KANA, rf"{_DEEPSEEK3_WORDS}| ?{_PUNCTUATION_SYMBOLS}|[\r\n]|\s+(?!\S)|\s+", r"\p{N}"],
     "falcon": [r"[\p{P}\$\+<=>\^~\|`]+", _GPT2, "[0-9][0-9][0-9]"],
     **dict.fromkeys(["starcoder", "refact", "command-r", "smollm", "codeshell", "exaone", "minerva-7b", "mellum2"],
                     _STARCODER),
@@ -110,6 +125,7 @@ PRE_TOKENIZERS: dict[str, list[str]] = {
     **dict.fromkeys(["bailingmoe", "bailingmoe2", "llada-moe"], [_BAILINGMOE]),
     **dict.fromkeys(["poro-chat", "bloom", "gpt3-finnish"], _BLOOM),
     "viking": [*_BLOOM, r"\p{N}"],
+    "youtu": [_YOUTU_SCRIPTS, _YOUTU_WORDS],
     "tekken": [_TEKKEN],
     **dict.fromkeys(["gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2"], [_GPT4O]),
     "granite-embed-multi-97m": [_GRANITE_EMB_MULTI],
@@ -120,13 +136,15 @@ PRE_TOKENIZERS: dict[str, list[str]] = {
 }
 # Pre-tokenizers whose words found whole in the vocabulary skip BPE (llama.cpp's ignore_merges; Llama-3's
 # tokenizer.json says the same).
-IGNORE_MERGES = {*_LLAMA3_NAMES, "tekken", "minicpm5", "granite-embed-multi-97m"}
+IGNORE_MERGES = {*_LLAMA3_NAMES, "tekken", "minicpm5", "granite-embed-multi-97m", "youtu"}
 # Pre-tokenizers after which llama.cpp adds BOS where the file has no tokenizer.ggml.add_bos_token.
 ADD_BOS = {*_LLAMA3_NAMES, "tekken", "chameleon"}
 # Names llama.cpp knows whose split is more than regexes, so tinyinfer refuses them: name -> why.
 NOT_REGEXES = {
     "kimi-k2": "a hand-written splitter (src/unicode.cpp) that keeps \\p{Han} apart from other letters",
     "afmoe": "a hand-written digit splitter (src/unicode.cpp) that groups a run of digits in threes from its end",
+    **dict.fromkeys(["tiny_aya", "cohere2moe"], "a digit regex, \\d{1,3}(?=(?:\\d{3})*\\b), whose \\b in a lookahead "
+                    "std::regex reads by its C++ library's rules (libstdc++ splits 2023 as 202 3, the regex says 2 023)"),
     **dict.fromkeys(["gemma4", "granite-embed-multi-311m", "sarvam-moe", "whitespace"],
                     "BPE on raw UTF-8 rather than the byte-level alphabet (byte_encode = false)"),
 }
