@@ -158,6 +158,12 @@ MUTATIONS = [
              "        weights = weights / (weights.sum(axis=-1, keepdims=True) + 1e-20)", "        weights = weights",
              ("tests/test_deepseek.py",)),
     # --- quantisation formats
+    Mutation("gpt-oss's Hub MXFP4: the high nibble read first", "tinyinfer/families/gpt_oss.py",
+             "np.stack([blocks & 0x0F, blocks >> 4], axis=-1)", "np.stack([blocks >> 4, blocks & 0x0F], axis=-1)",
+             ("tests/test_gpt_oss.py", "-k", "mxfp4")),
+    Mutation("gpt-oss's Hub MXFP4: the codes not repacked into GGUF's order", "tinyinfer/families/gpt_oss.py",
+             "codes[:, :16] | codes[:, 16:] << 4", "codes[:, 0::2] | codes[:, 1::2] << 4",
+             ("tests/test_gpt_oss.py", "-k", "mxfp4")),
     Mutation("int8/int4 weights: qmax one too large", "tinyinfer/quantize.py",
              "    qmax = 2 ** (bits - 1) - 1\n", "    qmax = 2 ** (bits - 1)\n", ("tests/test_quantize.py",)),
     Mutation("int4 unpacking: the odd rows off by one", "tinyinfer/quantize.py",

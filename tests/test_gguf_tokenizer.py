@@ -2,7 +2,12 @@
 llama.cpp's own expected ids for its vocabulary test strings, transformers' tokenizer converted from the GGUF
 (`AutoTokenizer.from_pretrained(folder, gguf_file=name)`), and Google's sentencepiece on the Llama-2
 tokenizer.model whose vocabulary ggml-vocab-llama-spm.gguf holds. The `gguf` package reads the metadata here
-(a reference tool: tinyinfer's runtime never imports it)."""
+(a reference tool: tinyinfer's runtime never imports it).
+
+llama.cpp's pre-tokenizer table (PRE_TOKENIZERS) is checked three ways: its adapted patterns split as Hugging Face
+tokenizers does with the tokenizer.json regexes they came from (ORIGINALS), every pattern splits as llama.cpp's
+own std::regex does over the text as llama.cpp hands it over (tests/llamacpp_regex_split.cpp), and a vocabulary
+under each new name encodes to the ids of a tokenizers BPE with the same merges, split and ignore_merges."""
 
 from __future__ import annotations
 

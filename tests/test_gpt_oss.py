@@ -23,14 +23,17 @@ the parameter count from the config.
 The Hub's files store the experts in MXFP4 (families/gpt_oss.py): `mxfp4_folder` writes a tiny checkpoint that way,
 quantised by `mxfp4_encode` (the OCP MX recipe). Checked: the decoding equals transformers' bit for bit on every
 byte and exponent (and is not GGUF's nibble order); the loaded experts equal the ones transformers dequantises
-(Mxfp4Config(dequantize=True)) exactly, the logits within the float32 bound; a wrong block layout is refused naming
-the tensor; `generate` runs on the folder from the command line.
+(Mxfp4Config(dequantize=True)) exactly, the logits within the float32 bound; the experts are dequantised one at a
+time (tracemalloc's peak); a wrong block layout is refused naming the tensor; `generate` runs on the folder from the
+command line.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+import tracemalloc
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -61,7 +64,7 @@ from tinyinfer.attention import attention, causal_mask, decode_attention, decode
 from tinyinfer.cli import main
 from tinyinfer.errors import TinyInferError
 from tinyinfer.families import config_from_hf, load_hf_config
-from tinyinfer.families.gpt_oss import expert_weights, hub_mxfp4_rows
+from tinyinfer.families.gpt_oss import expert_weights, hub_mxfp4_rows, mlp
 from tinyinfer.flash_attention import tiled_attention
 from tinyinfer.gguf.quants import dequantize_mxfp4
 from tinyinfer.moe import route_topk_softmax
@@ -389,6 +392,28 @@ def test_mxfp4_rows_must_be_whole_blocks(tmp_path):
     with pytest.raises(TinyInferError, match=r"x_blocks: MXFP4 stores rows in blocks of 32 weights, but config.json "
                                              r"gives its rows 48"):
         expert_weights(tensor_getter(Checkpoint(tmp_path), np.float32), "x", 1, 48, 16)
+
+
+def test_mxfp4_experts_are_dequantised_one_at_a_time(tmp_path):
+    """Loading a layer of 16 MXFP4 experts allocates, beyond the float32 experts it returns, less than 4 experts'
+    worth of float32 (one expert's temporaries): never the whole layer's dequantised tensor at once."""
+    E, d, ff, rng = 16, 128, 128, np.random.default_rng(0)
+    p = "model.layers.0.mlp"
+    tensors = {f"{p}.router.weight": np.zeros((E, d), np.float32), f"{p}.router.bias": np.zeros(E, np.float32),
+               f"{p}.experts.gate_up_proj_bias": np.zeros((E, 2 * ff), np.float32),
+               f"{p}.experts.down_proj_bias": np.zeros((E, d), np.float32)}
+    for name, rows, cols in (("gate_up_proj", 2 * ff, d), ("down_proj", d, ff)):
+        tensors[f"{p}.experts.{name}_blocks"] = rng.integers(0, 256, (E, rows, cols // 32, 16), dtype=np.uint8)
+        tensors[f"{p}.experts.{name}_scales"] = rng.integers(120, 130, (E, rows, cols // 32), dtype=np.uint8)
+    safetensors.numpy.save_file(tensors, tmp_path / "model.safetensors")
+    get, cfg = tensor_getter(Checkpoint(tmp_path), np.float32), SimpleNamespace(d_model=d, n_experts=E, moe_d_ff=ff)
+    tracemalloc.start()
+    layer = mlp(get, cfg, 0)
+    kept, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    one_expert = 3 * d * ff * 4  # bytes of gate, up and down in float32
+    assert kept >= E * one_expert and len(layer["experts"]) == E
+    assert peak - kept < 4 * one_expert, (peak - kept) / one_expert
 
 
 def test_generate_runs_on_hub_mxfp4_files_from_the_command_line(mxfp4_folder, capsys):
