@@ -171,6 +171,14 @@ MUTATIONS = [
              ("tests/test_quantize.py",)),
     Mutation("int8 KV cache read back without its scale", "tinyinfer/kv_quant.py",
              "    return codes * scales  #", "    return codes * scales.max()  #", ("tests/test_kv_quant.py",)),
+    # --- FP8 checkpoints (tinyinfer/fp8.py), against torch's float8_e4m3fn and PyTorch's dequantisation
+    *[Mutation(f"FP8 {name}", "tinyinfer/fp8.py", old, new, ("tests/test_fp8_checkpoints.py",)) for name, old, new in [
+        ("E4M3: subnormals given a leading 1", "m * 2.0 ** -9)", "(8 + m) * 2.0 ** -9)"),
+        ("E4M3: the exponent biased by 8", "(8 + m) * 2.0 ** (e - 10)", "(8 + m) * 2.0 ** (e - 11)"),
+        ("edge blocks sized by the scales' count", "    rows, cols = block or (out, d_in)  #",
+         "    rows, cols = (-(-out // scale_inv.shape[-2]), -(-d_in // scale_inv.shape[-1])) if block else (out, d_in)  #"),
+        ("the scales left out", "    return codes * expanded[..., :out, :d_in]", "    return codes + 0 * expanded[..., :out, :d_in]"),
+    ]],
     # --- GGUF block formats (tinyinfer/gguf/quants.py), each against the gguf library's dequantiser
     *[Mutation(f"GGUF {name}", GGUF, old, new, ("tests/test_gguf_quants.py",)) for name, old, new in [
         ("Q8_0: the scale read as an integer", "    return q * d  # [n, 32]", "    return q * np.round(d)  # [n, 32]"),

@@ -70,7 +70,7 @@ def is_quantised(name: str, tensor: torch.Tensor, skip: list[str]) -> bool:
 
 
 def write_pair(name: str, root: Path) -> tuple[Path, Path]:
-    """(the FP8 folder, the float32 folder of its exact dequantisation) of MODELS[name]."""
+    """(the FP8 folder, the float32 folder of its dequantisation by PyTorch) of MODELS[name]."""
     config_class, fields, skip = MODELS[name]
     source = build_with_transformers(root / f"{name}_source", config_class, {**TINY_CONFIG, **fields})
     tensors = safetensors.torch.load_file(source / "model.safetensors")
