@@ -123,7 +123,7 @@ GGUF_ARCH = {"llama": "llama", "mistral": "llama", "mixtral": "llama", "qwen2": 
              "qwen2_moe": "qwen2moe", "qwen3_moe": "qwen3moe", "gemma": "gemma", "gemma2": "gemma2",
              "gemma3_text": "gemma3", "phi3": "phi3", "gpt2": "gpt2", "falcon": "falcon", "stablelm": "stablelm",
              "starcoder2": "starcoder2", "phi": "phi2", "gpt_neox": "gptneox", "olmo2": "olmo2", "granite": "granite",
-             "smollm3": "smollm3", "cohere": "command-r"}
+             "smollm3": "smollm3", "cohere": "command-r", "cohere2": "cohere2"}
 
 
 def gguf_name(hf: str, model_type: str) -> str:
@@ -394,9 +394,20 @@ def command_r_metadata(w: gguf.GGUFWriter, arch: str, c: dict) -> None:
     w.add_string(f"{arch}.rope.scaling.type", "none")
 
 
+def cohere2_metadata(w: gguf.GGUFWriter, arch: str, c: dict) -> None:
+    """conversion/command_r.py Cohere2Model.set_gguf_parameters: TextModel's, logit_scale, the window, RoPE's
+    width rotary_pct x head_dim, no RoPE scaling; not the sliding layers' pattern."""
+    text_model_metadata(w, arch, c)
+    w.add_float32(f"{arch}.logit_scale", c["logit_scale"])
+    w.add_uint32(f"{arch}.attention.sliding_window", c["sliding_window"])
+    w.add_uint32(f"{arch}.rope.dimension_count", int(c["rotary_pct"] * (c["hidden_size"] // c["num_attention_heads"])))
+    w.add_string(f"{arch}.rope.scaling.type", "none")
+
+
 METADATA = {"falcon": falcon_metadata, "stablelm": stablelm_metadata, "starcoder2": text_model_metadata,
             "phi": phi2_metadata, "gpt_neox": gpt_neox_metadata, "olmo2": text_model_metadata,
-            "granite": granite_metadata, "smollm3": llama_model_metadata, "cohere": command_r_metadata}
+            "granite": granite_metadata, "smollm3": llama_model_metadata, "cohere": command_r_metadata,
+            "cohere2": cohere2_metadata}
 
 
 def write_gguf(folder: Path, path: Path, qtype: str = "F32", seed: int = 0) -> Path:

@@ -67,6 +67,8 @@ FAMILIES = {  # name: (transformers config class, fields, norm offset, read by t
     "smollm3": ("SmolLM3Config", dict(num_hidden_layers=4), 0.0, False),  # layer 3 without RoPE
     "cohere": ("CohereConfig", dict(logit_scale=0.8), 0.0, False),  # Command-R's; RoPE on neighbouring pairs
     "cohere_qk_norm": ("CohereConfig", dict(logit_scale=0.8, use_qk_norm=True), 0.0, False),  # Command-R+'s
+    "cohere2": ("Cohere2Config", dict(num_hidden_layers=4, sliding_window=8, logit_scale=0.8, rotary_pct=1.0), 0.0,
+                False),  # Command R7B's: 3 sliding layers of 4 (the prompt is longer than the window), 1 NoPE
 }
 # The fields of SHAPE a config class takes, where not all (Falcon's head_dim is a property, its KV heads its own)
 SHAPE_FIELDS = {"gpt2": ("vocab_size", "bos_token_id", "eos_token_id"),

@@ -175,6 +175,23 @@ def rotary_factor(m: Metadata, head_dim: int) -> float:
     return factor if int(head_dim * factor) == n else float(np.nextafter(factor, 2 * factor))
 
 
+def sliding_layer_types(m: Metadata, n_layers: int, period: int) -> list[str]:
+    """config.json's layer_types, as llama.cpp's load_swa_pattern reads attention.sliding_window_pattern: one flag
+    per layer (true: it slides), or a period n (layer i slides unless i % n == n - 1; 0: every layer slides);
+    without the key, the architecture's `period`.
+
+        >>> sliding_layer_types(Metadata({}, "cohere2", "x.gguf"), 4, 4)
+        ['sliding_attention', 'sliding_attention', 'sliding_attention', 'full_attention']
+    """
+    pattern = m.get("attention.sliding_window_pattern", period)
+    if not isinstance(pattern, list):
+        pattern = [pattern == 0 or i % pattern < pattern - 1 for i in range(n_layers)]  # a period -> flags
+    if len(pattern) != n_layers:
+        raise TinyInferError(f"{m.path}: attention.sliding_window_pattern has {len(pattern)} flags for {n_layers} "
+                             "layers; the file is damaged")
+    return ["sliding_attention" if flag else "full_attention" for flag in pattern]
+
+
 def expert_config(m: Metadata) -> dict:
     """A Mixture-of-Experts' counts and expert width."""
     return {"num_experts": m["expert_count"], "num_experts_per_tok": m["expert_used_count"],
