@@ -3,12 +3,12 @@
 `write_gguf(folder, path, arch, qtype)` converts a tiny Hugging Face checkpoint (tests/tiny_models.py) as llama.cpp's
 convert_hf_to_gguf.py does: metadata keys under the architecture's name, llama.cpp's tensor names, and its
 re-layouts (Llama's q/k rows permuted for its rotary convention, 1 added to Gemma's norms, GPT-2's Conv1D weights
-transposed, a layer's experts merged into one tensor, Falcon's q/k/v rows regrouped, StableLM 2's per-head norms
-stacked); each architecture's metadata keys are those its converter class writes (cited where they are written).
-The matrices are stored in `qtype`: through
-`gguf.quants.quantize` where it can (QUANTISABLE: F32 to Q5_1, TQ1_0, TQ2_0, MXFP4); the others (the K-quants,
-IQ4_NL, IQ4_XS, NVFP4, the codebook types), which it cannot quantise, are *replaced* by random valid blocks
-(`random_blocks`): the file then defines the model, and transformers reads the same file. Vectors (norms, biases) stay F32, as the converter keeps them.
+transposed, a layer's experts merged into one tensor, Falcon's and GPT-NeoX's q/k/v rows regrouped, StableLM 2's
+per-head norms stacked); each architecture's metadata keys are those its converter class writes (cited where they
+are written). The matrices are stored in `qtype`: through `gguf.quants.quantize` where it can (QUANTISABLE: F32
+to Q5_1, TQ1_0, TQ2_0, MXFP4); the others (the K-quants, IQ4_NL, IQ4_XS, NVFP4, the codebook types), which it
+cannot quantise, are *replaced* by random valid blocks (`random_blocks`): the file then defines the model, and
+transformers reads the same file. Vectors (norms, biases) stay F32, as the converter keeps them.
 
 `random_blocks(type, n)` builds blocks of any type with finite scales, for the dequantisers' tests.
 """
@@ -123,7 +123,7 @@ GGUF_ARCH = {"llama": "llama", "mistral": "llama", "mixtral": "llama", "qwen2": 
              "qwen2_moe": "qwen2moe", "qwen3_moe": "qwen3moe", "gemma": "gemma", "gemma2": "gemma2",
              "gemma3_text": "gemma3", "phi3": "phi3", "gpt2": "gpt2", "falcon": "falcon", "stablelm": "stablelm",
              "starcoder2": "starcoder2", "phi": "phi2", "gpt_neox": "gptneox", "olmo2": "olmo2", "granite": "granite",
-             "smollm3": "smollm3"}
+             "smollm3": "smollm3", "cohere": "command-r"}
 
 
 def gguf_name(hf: str, model_type: str) -> str:
@@ -385,9 +385,18 @@ def granite_metadata(w: gguf.GGUFWriter, arch: str, c: dict) -> None:
             w.add_float32(f"{arch}.{key}", c[field])
 
 
+def command_r_metadata(w: gguf.GGUFWriter, arch: str, c: dict) -> None:
+    """conversion/command_r.py CommandR2Model.set_gguf_parameters: TextModel's, logit_scale, no RoPE scaling
+    (its __init__ takes model_max_length, where config.json has one, as the context length)."""
+    context = c.get("model_max_length") or c["max_position_embeddings"]
+    text_model_metadata(w, arch, c | {"max_position_embeddings": context})
+    w.add_float32(f"{arch}.logit_scale", c["logit_scale"])
+    w.add_string(f"{arch}.rope.scaling.type", "none")
+
+
 METADATA = {"falcon": falcon_metadata, "stablelm": stablelm_metadata, "starcoder2": text_model_metadata,
             "phi": phi2_metadata, "gpt_neox": gpt_neox_metadata, "olmo2": text_model_metadata,
-            "granite": granite_metadata, "smollm3": llama_model_metadata}
+            "granite": granite_metadata, "smollm3": llama_model_metadata, "cohere": command_r_metadata}
 
 
 def write_gguf(folder: Path, path: Path, qtype: str = "F32", seed: int = 0, metadata: dict | None = None) -> Path:

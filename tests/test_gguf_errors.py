@@ -121,8 +121,26 @@ def test_unknown_architecture(tmp_path):
     writer = gguf.GGUFWriter(tmp_path / "mamba.gguf", "mamba")
     writer.add_tensor("token_embd.weight", np.zeros((4, 8), np.float32))
     writer.write_header_to_file(), writer.write_kv_data_to_file(), writer.write_tensors_to_file(), writer.close()
-    assert_refused(tmp_path / "mamba.gguf", "GGUF architecture 'mamba' is not supported", "falcon, gemma",
+    assert_refused(tmp_path / "mamba.gguf", "GGUF architecture 'mamba' is not supported", "command-r, falcon, gemma",
                    "gptneox, granite, llama", "olmo2, phi2", "qwen3moe, smollm3, stablelm, starcoder2")
+
+
+@pytest.mark.parametrize("arch, key, value, tensor, message", [
+    ("falcon", "tensor_data_layout", "bloom", None, "falcon tensor_data_layout 'bloom' is not supported"),
+    ("olmo2", "attention.sliding_window", 4096, None, "(OLMo 3's windowed layers) is not supported"),
+    ("phi2", None, None, "blk.0.attn_qkv.weight", "q, k and v fused (attn_qkv"),
+])
+def test_what_an_architecture_cannot_honour_is_refused_by_name(tmp_path, arch, key, value, tensor, message):
+    path = tmp_path / f"{arch}.gguf"
+    writer = gguf.GGUFWriter(path, arch)
+    if key is not None:
+        writer.add_key_value(f"{arch}.{key}", value, gguf.GGUFValueType.STRING if isinstance(value, str) else
+                             gguf.GGUFValueType.UINT32)
+    for name in ("token_embd.weight", tensor):
+        if name is not None:
+            writer.add_tensor(name, np.zeros((4, 8), np.float32))
+    writer.write_header_to_file(), writer.write_kv_data_to_file(), writer.write_tensors_to_file(), writer.close()
+    assert_refused(path, message)
 
 
 def test_empty_file(tmp_path):

@@ -60,10 +60,13 @@ FAMILIES = {  # name: (transformers config class, fields, norm offset, read by t
     "phi": ("PhiConfig", dict(intermediate_size=1024, num_key_value_heads=4, partial_rotary_factor=0.375), 0.0,
             False),
     "gpt_neox": ("GPTNeoXConfig", dict(rotary_pct=0.25), 0.0, False),  # Pythia's: parallel, q/k/v per head
+    "gpt_neox_sequential": ("GPTNeoXConfig", dict(rotary_pct=0.25, use_parallel_residual=False), 0.0, False),
     "olmo2": ("Olmo2Config", {}, 0.0, False),
     "granite": ("GraniteConfig", dict(embedding_multiplier=12.0, residual_multiplier=0.22,  # Granite 3's
                                       attention_multiplier=0.0078125, logits_scaling=8.0), 0.0, False),
     "smollm3": ("SmolLM3Config", dict(num_hidden_layers=4), 0.0, False),  # layer 3 without RoPE
+    "cohere": ("CohereConfig", dict(logit_scale=0.8), 0.0, False),  # Command-R's; RoPE on neighbouring pairs
+    "cohere_qk_norm": ("CohereConfig", dict(logit_scale=0.8, use_qk_norm=True), 0.0, False),  # Command-R+'s
 }
 # The fields of SHAPE a config class takes, where not all (Falcon's head_dim is a property, its KV heads its own)
 SHAPE_FIELDS = {"gpt2": ("vocab_size", "bos_token_id", "eos_token_id"),
@@ -160,7 +163,8 @@ def test_the_q_k_permutation_must_be_undone(gguf_file, checkpoint, family, monke
 
 
 @pytest.mark.parametrize("family, qtype", [("llama", "Q4_K"), ("phi3", "Q8_0"), ("qwen2_moe", "Q5_1"),
-                                           ("gpt2", "Q6_K"), ("gemma", "Q4_1"), ("llama", "IQ4_XS")])
+                                           ("gpt2", "Q6_K"), ("gemma", "Q4_1"), ("llama", "IQ4_XS"),
+                                           ("falcon40b", "Q5_0"), ("gpt_neox", "Q4_0")])
 def test_weights_kept_quantised_give_the_same_logits(gguf_file, family, qtype):
     path, ids = gguf_file(family, qtype), prompt_ids(16)
     dequantised, kept = tinyinfer.load(path), tinyinfer.load(path, keep_quantized=True)

@@ -2,7 +2,10 @@
 mlp(norm(x)), with a LayerNorm that learns no bias, a SwiGLU MLP, the logits multiplied by `logit_scale`
 (tinyinfer divides by its inverse), a tied head by default, and with `use_qk_norm` a LayerNorm (no bias) on each
 head of q and k, each head with its own gain. Its RoPE rotates neighbouring pairs (x[2i], x[2i+1]): the loader
-permutes q's and k's coordinates into tinyinfer's halves (`attention`), which leaves q.k unchanged."""
+permutes q's and k's coordinates into tinyinfer's halves (`attention`), which leaves q.k unchanged.
+
+GGUF (llama.cpp's "command-r"): Llama's names, q and k as the checkpoint has them (llama.cpp rotates neighbouring
+pairs too), logit_scale (absent: none, as llama.cpp reads it); the q/k norms and biases told by the tensors."""
 
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ from tinyinfer.families.family import Family
 from tinyinfer.families.llama import attention as llama_attention
 from tinyinfer.families.llama import load_body, read_body
 from tinyinfer.weights import Getter, halves_order
+from tinyinfer.gguf.architectures import LLAMA_TENSORS, GGUFLayout, llama_like_config
 
 DEFAULTS = dict(max_position_embeddings=8192, layer_norm_eps=1e-5, hidden_act="silu", rope_theta=500000.0,
                 tie_word_embeddings=True, num_key_value_heads=None, attention_bias=False, use_qk_norm=False,
@@ -58,4 +62,12 @@ def load_params(get: Getter, cfg: Config) -> dict:
 LORA_ROWS = {"q": lambda cfg: halves_order(cfg.n_heads, cfg.head_dim),
              "k": lambda cfg: halves_order(cfg.n_kv_heads, cfg.head_dim)}
 
-FAMILY = Family("cohere", DEFAULTS, read_cohere_body, load_params, lora_rows=LORA_ROWS)
+
+def gguf_config(m, names: set) -> dict:
+    return llama_like_config(m, names, "cohere") | {
+        "layer_norm_eps": m["attention.layer_norm_epsilon"], "logit_scale": m.get("logit_scale") or 1.0,
+        "attention_bias": "blk.0.attn_q.bias" in names, "use_qk_norm": "blk.0.attn_q_norm.weight" in names}
+
+
+FAMILY = Family("cohere", DEFAULTS, read_cohere_body, load_params, lora_rows=LORA_ROWS,
+                gguf=GGUFLayout("command-r", gguf_config, LLAMA_TENSORS))

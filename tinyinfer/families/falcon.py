@@ -122,7 +122,8 @@ def gguf_config(m: Metadata, names: set) -> dict:
     layout = m.get("tensor_data_layout", "jploski")
     if layout != "jploski":
         raise TinyInferError(f"{m.path}: falcon tensor_data_layout {layout!r} is not supported: only llama.cpp's "
-                             "'jploski' (q, k, v rows each together); convert the model again with convert_hf_to_gguf.py")
+                             "'jploski' (q, k, v rows each together); convert the model again with "
+                             "convert_hf_to_gguf.py")
     heads = m["attention.head_count"]
     return {"model_type": "falcon", "hidden_size": m["embedding_length"], "num_hidden_layers": m["block_count"],
             "num_attention_heads": heads, "num_kv_heads": m.get("attention.head_count_kv", 1),

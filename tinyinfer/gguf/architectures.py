@@ -111,7 +111,8 @@ def llama_like_config(m: Metadata, names: set, model_type: str) -> dict:
     c = {"model_type": model_type, "hidden_size": d, "num_hidden_layers": m["block_count"],
          "intermediate_size": m.get("feed_forward_length", 0), "num_attention_heads": heads,
          "num_key_value_heads": kv_heads, "head_dim": m.get("attention.key_length", d // heads),
-         "max_position_embeddings": m["context_length"], "rms_norm_eps": m.get("attention.layer_norm_rms_epsilon", 1e-6),
+         "max_position_embeddings": m["context_length"],
+         "rms_norm_eps": m.get("attention.layer_norm_rms_epsilon", 1e-6),
          "tie_word_embeddings": "output.weight" not in names}
     if m.get("attention.value_length", c["head_dim"]) != c["head_dim"]:
         raise TinyInferError(f"{m.path}: keys and values of different widths are not supported")
