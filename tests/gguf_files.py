@@ -410,8 +410,9 @@ METADATA = {"falcon": falcon_metadata, "stablelm": stablelm_metadata, "starcoder
             "cohere2": cohere2_metadata}
 
 
-def write_gguf(folder: Path, path: Path, qtype: str = "F32", seed: int = 0) -> Path:
-    """Convert the tiny checkpoint in `folder` to the GGUF file `path`, its matrices stored as `qtype`."""
+def write_gguf(folder: Path, path: Path, qtype: str = "F32", seed: int = 0, metadata: dict | None = None) -> Path:
+    """Convert the tiny checkpoint in `folder` to the GGUF file `path`, its matrices stored as `qtype`, with
+    `metadata`'s strings added (a tokenizer.ggml.model, say)."""
     c = transformers.AutoConfig.from_pretrained(folder).to_dict()
     c["model_type"] = transformers.AutoConfig.from_pretrained(folder).model_type
     arch = GGUF_ARCH[c["model_type"]]
@@ -419,6 +420,8 @@ def write_gguf(folder: Path, path: Path, qtype: str = "F32", seed: int = 0) -> P
     add_metadata(writer, arch, c)
     writer.add_uint32("tokenizer.ggml.bos_token_id", 1)
     writer.add_uint32("tokenizer.ggml.eos_token_id", 2)
+    for key, value in (metadata or {}).items():
+        writer.add_string(key, value)
     for i, (name, w) in enumerate(converted_tensors(folder, c).items()):
         if w.ndim >= 2 and not name.startswith("position_embd") and ".ffn_gate_inp." not in name:  # routers stay F32
             data, kind = store(w, qtype, seed + i)  # F32 and F16 as floats, the others as bytes [..., row bytes]

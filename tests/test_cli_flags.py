@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
+from gguf_files import write_gguf
 from tiny_models import tiny_checkpoint  # noqa: F401 - a fixture
 
 import tinyinfer
@@ -103,6 +105,23 @@ def test_ignore_eos_keeps_going_past_eos(folder, tmp_path):
     args = ("--model", str(copy), PROMPT, "--temperature", "0", "--max-tokens", "12")
     assert cli(*args)[1] == short.text + "\n"
     assert cli(*args, "--ignore-eos")[1] == long.text + "\n"
+
+
+def test_tokenizer_replaces_the_models_own(folder, tmp_path):
+    """--tokenizer: a folder without a tokenizer reads text with the one given; a GGUF file whose tokenizer tinyinfer
+    cannot build (a T5 one) loads with a tokenizer.json given instead, and prints what the Hugging Face folder does."""
+    args = (PROMPT, "--temperature", "0", "--max-tokens", "8")
+    status, want, _ = cli("--model", folder, *args)
+    assert status == 0 and want.strip()
+    bare = tmp_path / "bare"
+    shutil.copytree(folder, bare, ignore=shutil.ignore_patterns("tokenizer*"))
+    status, _, err = cli("--model", str(bare), *args)
+    assert status == 1 and "has no tokenizer" in err and "--tokenizer PATH" in err
+    assert cli("--model", str(bare), "--tokenizer", folder, *args)[1] == want
+    t5 = write_gguf(Path(folder), tmp_path / "t5.gguf", metadata={"tokenizer.ggml.model": "t5"})
+    status, _, err = cli("--model", str(t5), *args)
+    assert status == 1 and "'t5' (tokenizer.ggml.model)" in err and "--tokenizer" in err
+    assert cli("--model", str(t5), "--tokenizer", str(Path(folder) / "tokenizer.json"), *args)[1] == want
 
 
 def logprob_lines(result, tokenizer, capsys) -> str:

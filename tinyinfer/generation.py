@@ -100,7 +100,8 @@ def encode_prompt(model, prompt, add_special_tokens: bool = True) -> list[int]:
     """
     if isinstance(prompt, str):
         if model.tokenizer is None:
-            raise TinyInferError("this model has no tokenizer: pass token ids, or load it with tokenizer=PATH")
+            raise TinyInferError("this model has no tokenizer: pass token ids, or load it with tokenizer=PATH "
+                                 "(on the command line: --tokenizer PATH)")
         ids = model.tokenizer.encode(check_text(prompt, "the prompt"), add_special_tokens=add_special_tokens)
         if not ids:
             raise TinyInferError("the prompt is empty and the tokenizer adds no BOS token to start from: give some text")

@@ -106,15 +106,16 @@ def is_gguf(path: Path) -> bool:
 
 def _load_gguf(path: Path, device: str, dtype, tokenizer, kv_cache_dtype: str, keep_quantized: bool,
                kernels: str) -> Model:
-    from tinyinfer.gguf.model_file import keep_quantized as keep, load_gguf  # noqa: PLC0415
+    from tinyinfer.gguf.model_file import gguf_tokenizer, keep_quantized as keep, load_gguf  # noqa: PLC0415
 
     if keep_quantized and device != "cpu":
         raise TinyInferError("keep_quantized runs on the CPU only: load the GGUF file dequantised on a GPU")
     with tqdm(total=1, desc=f"loading {path.name}", unit="model", disable=None, leave=False) as bar:
-        config, params, gguf_tokenizer, gguf = load_gguf(path, dtype)
+        config, params, gguf = load_gguf(path, dtype)
         bar.update(1)
-    model = Model(config, params, _load_tokenizer(tokenizer) if tokenizer else gguf_tokenizer, device, {}, dtype,
-                  kv_cache_dtype, kernels)
+    # a tokenizer given instead of the file's own: the file's is not even built (it may be one tinyinfer refuses)
+    model = Model(config, params, _load_tokenizer(tokenizer) if tokenizer else gguf_tokenizer(gguf), device, {},
+                  dtype, kv_cache_dtype, kernels)
     del params  # the model holds them now: kept quantised, they are freed below
     if keep_quantized:
         keep(model, gguf)

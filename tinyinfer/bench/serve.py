@@ -37,7 +37,7 @@ from tinyinfer.bench.workload import (Request, Served, percentile_ms, print_late
 from tinyinfer.engine import LLM
 from tinyinfer.engine.cuda_graphs import graph_unsupported
 from tinyinfer.commands import at_least, positive_number
-from tinyinfer.commands.generate import add_enforce_eager_argument, add_kv_cache_dtype_argument
+from tinyinfer.commands.generate import add_enforce_eager_argument, add_loading_arguments, loading_options
 from tinyinfer.errors import TinyInferError
 from tinyinfer.sampling import Sampler, SamplingParams, sequence_rngs
 
@@ -46,7 +46,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--model", default=None, help="built-in name, model folder, llama2.c .bin, or HF repo id "
                         "(default: the built-in model)")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    add_kv_cache_dtype_argument(parser)
+    add_loading_arguments(parser)
     add_enforce_eager_argument(parser)
     parser.add_argument("--requests", type=at_least(1), default=128,
                         help="requests in the workload (several times the concurrency, so the batch is mostly full)")
@@ -82,8 +82,7 @@ def run(args) -> int:
 
 
 def serve_and_report(args, blas: str) -> int:
-    model = tinyinfer.load(args.model, device=args.device, kv_cache_dtype=args.kv_cache_dtype,
-                           keep_quantized=args.keep_quantized)
+    model = tinyinfer.load(args.model, device=args.device, **loading_options(args))
     rng = np.random.default_rng(args.seed)
     workload = workload_of(args, model, rng)
     engine = dict(block_size=args.block_size, max_num_seqs=args.concurrency,

@@ -13,7 +13,14 @@ import sys
 
 import tinyinfer
 from tinyinfer.chat import ChatTemplate
-from tinyinfer.commands.generate import add_sampling_arguments, print_logprobs, print_stats, sampling_overrides, write_stream
+from tinyinfer.commands.generate import (
+    add_sampling_arguments,
+    loading_options,
+    print_logprobs,
+    print_stats,
+    sampling_overrides,
+    write_stream,
+)
 from tinyinfer.errors import TinyInferError
 from tinyinfer.generation import resolve_params
 
@@ -25,8 +32,7 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     template = ChatTemplate.for_model(args.model)  # fail before loading the weights if there is none
-    model = tinyinfer.load(args.model, device=args.device, kv_cache_dtype=args.kv_cache_dtype,
-                           keep_quantized=args.keep_quantized)
+    model = tinyinfer.load(args.model, device=args.device, **loading_options(args))
     resolve_params(model, None, sampling_overrides(args))  # bad flags fail now, not at every turn
     opening = [{"role": "system", "content": args.system}] if args.system else []
     messages = list(opening)

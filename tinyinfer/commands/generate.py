@@ -50,7 +50,7 @@ def add_sampling_arguments(parser) -> None:
     parser.add_argument("--model", default=None, help="built-in name, model folder, llama2.c .bin, .gguf file, or HF "
                         "repo id (default: the built-in model)")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    add_kv_cache_dtype_argument(parser)
+    add_loading_arguments(parser)
     for name, (kind, help_text) in SAMPLING_FLAGS.items():
         parser.add_argument("--" + name.replace("_", "-"), type=kind, default=None, help=help_text)
     parser.add_argument("--stop", action="append", default=None, metavar="TEXT", type=unescape,
@@ -59,14 +59,22 @@ def add_sampling_arguments(parser) -> None:
     parser.add_argument("--ignore-eos", action="store_true", default=None, help="keep generating past EOS")
 
 
-def add_kv_cache_dtype_argument(parser) -> None:
-    """--kv-cache-dtype, and --keep-quantized: the two flags that say how a loaded model holds its numbers."""
+def add_loading_arguments(parser) -> None:
+    """--kv-cache-dtype and --keep-quantized, how a loaded model holds its numbers, and --tokenizer, what reads
+    its text (`loading_options` turns them into tinyinfer.load's arguments)."""
     parser.add_argument("--kv-cache-dtype", default="auto", choices=KV_CACHE_DTYPES,
                         help="how the KV cache stores keys and values: auto (the model's dtype), float16 or int8 "
                              "(fewer bytes per token, a small error; chapter 12)")
     parser.add_argument("--keep-quantized", action="store_true",
                         help="a .gguf model's quantised weights stay quantised in memory, dequantised at every "
                              "product (less memory, slower decode; chapter 12); default: dequantised once at load")
+    parser.add_argument("--tokenizer", default=None, help="a tokenizer.json, or a folder holding one, to use instead "
+                        "of the model's own (a GGUF file's, say)")
+
+
+def loading_options(args) -> dict:
+    """tinyinfer.load's keyword arguments from the flags of add_loading_arguments."""
+    return dict(kv_cache_dtype=args.kv_cache_dtype, keep_quantized=args.keep_quantized, tokenizer=args.tokenizer)
 
 
 ESCAPES = {"\\\\": "\\", "\\n": "\n", "\\t": "\t"}  # as typed on a command line -> the character
@@ -174,8 +182,7 @@ def run(args) -> int:
 
 def generate_on_this_rank(args, comm) -> int:
     """The command, run by each rank alike (the same seed on all: rank 0's), printed by rank 0."""
-    model = tinyinfer.load(args.model, device=args.device, kv_cache_dtype=args.kv_cache_dtype,
-                           keep_quantized=args.keep_quantized)
+    model = tinyinfer.load(args.model, device=args.device, **loading_options(args))
     if args.quantize is not None:
         quantize_model(model, args.quantize)
     if args.lora is not None:

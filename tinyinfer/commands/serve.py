@@ -24,7 +24,7 @@ import sys
 import tinyinfer
 from tinyinfer.chat import ChatTemplate
 from tinyinfer.commands import at_least, positive_number
-from tinyinfer.commands.generate import add_enforce_eager_argument, add_kv_cache_dtype_argument
+from tinyinfer.commands.generate import add_enforce_eager_argument, add_loading_arguments, loading_options
 from tinyinfer.commands.parallel_flags import add_parallel_arguments, connect_ranks, parallel_model, rank_zero_output
 from tinyinfer.engine.limits import API_KEY_ENV, Limits
 from tinyinfer.engine.ranks import engine_on_ranks
@@ -54,7 +54,7 @@ def add_arguments(parser) -> None:
                              "adapters from this machine's disk, so give an --api-key)")
     parser.add_argument("--max-model-len", type=at_least(1), default=None,
                         help="the context window served, prompt and output (default: the model's)")
-    add_kv_cache_dtype_argument(parser)
+    add_loading_arguments(parser)
     add_enforce_eager_argument(parser)
     add_parallel_arguments(parser)
     security = parser.add_argument_group("security and limits")
@@ -75,8 +75,7 @@ def run(args) -> int:
     if not 0 <= args.port <= 65535:
         raise TinyInferError(f"--port {args.port} is not a port: give 0..65535 (0: any free port)")
     comm = connect_ranks(args)
-    model = tinyinfer.load(args.model, device=args.device, kv_cache_dtype=args.kv_cache_dtype,
-                           keep_quantized=args.keep_quantized)
+    model = tinyinfer.load(args.model, device=args.device, **loading_options(args))
     adapters = load_adapters(model, args.lora)
     model = parallel_model(model, comm, args)
     engine = dict(block_size=args.block_size, max_num_seqs=args.max_num_seqs,

@@ -131,7 +131,7 @@ def read_gguf_config(path) -> Config:
 
 
 def load_gguf(path: Path, dtype=np.float32):
-    """(Config, params, tokenizer or None, the GGUFFile) of a .gguf file, its weights dequantised."""
+    """(Config, params, the GGUFFile) of a .gguf file, its weights dequantised (its tokenizer: gguf_tokenizer)."""
     gguf = GGUFFile(path)
     layout, c = gguf_hf_config(gguf)
     config = config_from_hf(c)
@@ -140,7 +140,7 @@ def load_gguf(path: Path, dtype=np.float32):
         check_supported(info.type_name, f"{path}: tensor {name!r}")
     config = untie_if_the_file_disagrees(checkpoint, config)
     params = load_params(checkpoint, config, dtype)
-    return config, params, gguf_tokenizer(gguf), gguf
+    return config, params, gguf
 
 
 def gguf_tokenizer(gguf: GGUFFile):
