@@ -4,11 +4,11 @@
 convert_hf_to_gguf.py does: metadata keys under the architecture's name, llama.cpp's tensor names, and its
 re-layouts (Llama's q/k rows permuted for its rotary convention, 1 added to Gemma's norms, GPT-2's Conv1D weights
 transposed, a layer's experts merged into one tensor, Falcon's and GPT-NeoX's q/k/v rows regrouped, StableLM 2's
-per-head norms stacked); each architecture's metadata keys are those its converter class writes (cited where they
+per-head norms stacked, gpt-oss's fused experts split into gate, up and down); each architecture's metadata keys are those its converter class writes (cited where they
 are written). The matrices are stored in `qtype`: through `gguf.quants.quantize` where it can (QUANTISABLE: F32
 to Q5_1, TQ1_0, TQ2_0, MXFP4); the others (the K-quants, IQ4_NL, IQ4_XS, NVFP4, the codebook types), which it
 cannot quantise, are *replaced* by random valid blocks (`random_blocks`): the file then defines the model, and
-transformers reads the same file. Vectors (norms, biases) stay F32, as the converter keeps them.
+transformers reads the same file. Vectors and biases (gpt-oss's [E, ff] too) stay F32, as the converter keeps them.
 
 `random_blocks(type, n)` builds blocks of any type with finite scales, for the dequantisers' tests.
 """
@@ -123,7 +123,7 @@ GGUF_ARCH = {"llama": "llama", "mistral": "llama", "mixtral": "llama", "qwen2": 
              "qwen2_moe": "qwen2moe", "qwen3_moe": "qwen3moe", "gemma": "gemma", "gemma2": "gemma2",
              "gemma3_text": "gemma3", "phi3": "phi3", "gpt2": "gpt2", "falcon": "falcon", "stablelm": "stablelm",
              "starcoder2": "starcoder2", "phi": "phi2", "gpt_neox": "gptneox", "olmo2": "olmo2", "granite": "granite",
-             "smollm3": "smollm3", "cohere": "command-r", "cohere2": "cohere2"}
+             "smollm3": "smollm3", "cohere": "command-r", "cohere2": "cohere2", "gpt_oss": "gpt-oss"}
 
 
 def gguf_name(hf: str, model_type: str) -> str:
@@ -147,10 +147,64 @@ def falcon_qkv(w: np.ndarray, c: dict) -> np.ndarray:
     return np.concatenate([part.reshape(-1, *w.shape[1:]) for part in (q, k, v)])
 
 
+# gguf.tensor_mapping for MODEL_ARCH.GPT_OSS: the norm after attention is post_attention_norm, the router ffn_gate_inp
+GPT_OSS_NAMES = LLAMA_NAMES | {"post_attention_layernorm": "post_attention_norm", "mlp.router": "ffn_gate_inp"}
+LAYER_NAMES["gpt_oss"] = GPT_OSS_NAMES
+GPT_OSS_EXPERTS = re.compile(r"model\.layers\.(\d+)\.mlp\.experts\.(gate_up_proj|down_proj)(_bias)?")
+
+
+def gpt_oss_tensors(state: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """conversion/gpt_oss.py GptOssModel, float experts (not the Hub's MXFP4): filter_tensors names the sinks
+    `sinks.weight` (attn_sinks); modify_tensors transposes gate_up_proj [E, d, 2ff] to [E, 2ff, d] and splits its
+    rows, the even ones ffn_gate_exps, the odd ones ffn_up_exps [E, ff, d], its bias [E, 2ff] by columns alike,
+    and transposes down_proj [E, ff, d] to ffn_down_exps [E, d, ff], its bias kept."""
+    out = {}
+    for hf, w in state.items():
+        w = w.astype(np.float32)
+        if hf.endswith(".self_attn.sinks"):
+            out[f"blk.{hf.split('.')[2]}.attn_sinks.weight"] = w
+        elif m := GPT_OSS_EXPERTS.fullmatch(hf):
+            prefix, kind = f"blk.{m[1]}", "bias" if m[3] else "weight"
+            w = w if m[3] else w.swapaxes(-1, -2)  # weights [E, in, out] -> [E, out, in]
+            if m[2] == "down_proj":
+                out[f"{prefix}.ffn_down_exps.{kind}"] = np.ascontiguousarray(w)
+            else:  # gate_up: rows (weights) or columns (bias) alternate gate, up
+                out[f"{prefix}.ffn_gate_exps.{kind}"] = np.ascontiguousarray(w[:, ::2])
+                out[f"{prefix}.ffn_up_exps.{kind}"] = np.ascontiguousarray(w[:, 1::2])
+        else:
+            out[gguf_name(hf, "gpt_oss")] = w
+    return out
+
+
+def gpt_oss_experts_from_gguf(folder: Path, path: Path, out: Path) -> Path:
+    """The checkpoint in `folder` with its experts' weights replaced by those the GGUF file `path` stores, read by
+    gguf's own reader and dequantiser and put back as the Hugging Face layout (`gpt_oss_tensors` undone: gate and
+    up rows interleaved as gate_up_proj's columns, down transposed), written to `out`: what transformers runs
+    when the file's experts are MXFP4 (transformers cannot read gpt-oss GGUF files itself)."""
+    state = safetensors.numpy.load_file(folder / "model.safetensors")
+    stored = {t.name: gguf.quants.dequantize(t.data, t.tensor_type) for t in gguf.GGUFReader(path).tensors}
+    for name in [name for name in state if GPT_OSS_EXPERTS.fullmatch(name) and not name.endswith("_bias")]:
+        layer = GPT_OSS_EXPERTS.fullmatch(name)[1]
+        if name.endswith("down_proj"):
+            state[name] = np.ascontiguousarray(stored[f"blk.{layer}.ffn_down_exps.weight"].swapaxes(-1, -2))
+            continue
+        gate_up = np.empty_like(state[name])  # [E, d, 2ff]
+        gate_up[..., ::2] = stored[f"blk.{layer}.ffn_gate_exps.weight"].swapaxes(-1, -2)  # [E, ff, d] -> [E, d, ff]
+        gate_up[..., 1::2] = stored[f"blk.{layer}.ffn_up_exps.weight"].swapaxes(-1, -2)
+        state[name] = gate_up
+    out.mkdir(parents=True, exist_ok=True)
+    for config in ("config.json", "generation_config.json"):
+        (out / config).write_bytes((folder / config).read_bytes())
+    safetensors.numpy.save_file(state, out / "model.safetensors", metadata={"format": "pt"})
+    return out
+
+
 def converted_tensors(folder: Path, c: dict) -> dict[str, np.ndarray]:
     """The checkpoint's tensors under llama.cpp's names, re-laid out as the converter does."""
     model_type = c["model_type"]
     state = safetensors.numpy.load_file(folder / "model.safetensors")
+    if model_type == "gpt_oss":
+        return gpt_oss_tensors(state)
     out, experts, head_norms = {}, {}, {}
     for hf, w in state.items():
         w = w.astype(np.float32)
@@ -404,15 +458,36 @@ def cohere2_metadata(w: gguf.GGUFWriter, arch: str, c: dict) -> None:
     w.add_string(f"{arch}.rope.scaling.type", "none")
 
 
+def gpt_oss_metadata(w: gguf.GGUFWriter, arch: str, c: dict) -> None:
+    """conversion/gpt_oss.py GptOssModel.set_gguf_parameters: TextModel's (conversion/base.py: the counts, the
+    experts, head_dim as key/value length, RoPE's base and YaRN's factor, original context and betas), the window,
+    and intermediate_size as the experts' width; not the sliding layers' pattern, nor YaRN's `truncate`."""
+    text_model_metadata(w, arch, c)
+    rope = c.get("rope_parameters") or c.get("rope_scaling") or {}
+    if rope.get("rope_type") == "yarn":
+        w.add_string(f"{arch}.rope.scaling.type", "yarn")
+        w.add_float32(f"{arch}.rope.scaling.factor", rope["factor"])
+        w.add_uint32(f"{arch}.rope.scaling.original_context_length", rope["original_max_position_embeddings"])
+        for field in ("beta_fast", "beta_slow"):
+            if rope.get(field) is not None:
+                w.add_float32(f"{arch}.rope.scaling.yarn_{field}", rope[field])
+    w.add_uint32(f"{arch}.expert_count", c["num_local_experts"])
+    w.add_uint32(f"{arch}.expert_used_count", c["num_experts_per_tok"])
+    w.add_uint32(f"{arch}.attention.sliding_window", c["sliding_window"])
+    w.add_uint32(f"{arch}.expert_feed_forward_length", c["intermediate_size"])
+
+
 METADATA = {"falcon": falcon_metadata, "stablelm": stablelm_metadata, "starcoder2": text_model_metadata,
             "phi": phi2_metadata, "gpt_neox": gpt_neox_metadata, "olmo2": text_model_metadata,
             "granite": granite_metadata, "smollm3": llama_model_metadata, "cohere": command_r_metadata,
-            "cohere2": cohere2_metadata}
+            "cohere2": cohere2_metadata, "gpt_oss": gpt_oss_metadata}
 
 
-def write_gguf(folder: Path, path: Path, qtype: str = "F32", seed: int = 0, metadata: dict | None = None) -> Path:
-    """Convert the tiny checkpoint in `folder` to the GGUF file `path`, its matrices stored as `qtype`, with
-    `metadata`'s strings added (a tokenizer.ggml.model, say)."""
+def write_gguf(folder: Path, path: Path, qtype: str = "F32", seed: int = 0, metadata: dict | None = None,
+               experts: str | None = None) -> Path:
+    """Convert the tiny checkpoint in `folder` to the GGUF file `path`, its matrices stored as `qtype` (the
+    merged experts' weights as `experts`, where given: gpt-oss's MXFP4), with `metadata`'s strings added (a
+    tokenizer.ggml.model, say)."""
     c = transformers.AutoConfig.from_pretrained(folder).to_dict()
     c["model_type"] = transformers.AutoConfig.from_pretrained(folder).model_type
     arch = GGUF_ARCH[c["model_type"]]
@@ -423,8 +498,10 @@ def write_gguf(folder: Path, path: Path, qtype: str = "F32", seed: int = 0, meta
     for key, value in (metadata or {}).items():
         writer.add_string(key, value)
     for i, (name, w) in enumerate(converted_tensors(folder, c).items()):
-        if w.ndim >= 2 and not name.startswith("position_embd") and ".ffn_gate_inp." not in name:  # routers stay F32
-            data, kind = store(w, qtype, seed + i)  # F32 and F16 as floats, the others as bytes [..., row bytes]
+        matrix = w.ndim >= 2 and name.endswith(".weight") and not name.startswith("position_embd")
+        if matrix and ".ffn_gate_inp." not in name:  # routers (and biases, gpt-oss's [E, ff] too) stay F32
+            stored = experts if experts and "_exps." in name else qtype
+            data, kind = store(w, stored, seed + i)  # F32 and F16 as floats, the others as bytes [..., row bytes]
             writer.add_tensor(name, data, raw_dtype=kind if data.dtype == np.uint8 else None)
         else:
             writer.add_tensor(name, w)

@@ -122,7 +122,8 @@ def test_unknown_architecture(tmp_path):
     writer.add_tensor("token_embd.weight", np.zeros((4, 8), np.float32))
     writer.write_header_to_file(), writer.write_kv_data_to_file(), writer.write_tensors_to_file(), writer.close()
     assert_refused(tmp_path / "mamba.gguf", "GGUF architecture 'mamba' is not supported", "command-r, falcon, gemma",
-                   "gptneox, granite, llama", "olmo2, phi2", "qwen3moe, smollm3, stablelm, starcoder2")
+                   "gemma3, gpt-oss, gpt2, gptneox, granite, llama", "olmo2, phi2",
+                   "qwen3moe, smollm3, stablelm, starcoder2")
 
 
 @pytest.mark.parametrize("arch, key, value, tensor, message", [
@@ -139,6 +140,31 @@ def test_what_an_architecture_cannot_honour_is_refused_by_name(tmp_path, arch, k
     for name in ("token_embd.weight", tensor):
         if name is not None:
             writer.add_tensor(name, np.zeros((4, 8), np.float32))
+    writer.write_header_to_file(), writer.write_kv_data_to_file(), writer.write_tensors_to_file(), writer.close()
+    assert_refused(path, message)
+
+
+GPT_OSS_BODY = {"embedding_length": 64, "block_count": 1, "context_length": 32, "attention.head_count": 2,
+                "rope.freq_base": 150000.0}
+YARN = {"rope.scaling.type": "yarn", "rope.scaling.factor": 4.0, "rope.scaling.original_context_length": 8}
+
+
+@pytest.mark.parametrize("keys, message", [
+    ({"rope.scaling.type": "longrope"}, "RoPE scaling 'longrope' in a GGUF file is not supported here (only linear, "
+                                        "yarn)"),
+    (YARN | {"rope.scaling.yarn_ext_factor": 0.5}, "rope.scaling.yarn_ext_factor 0.5 is not supported"),
+    (YARN | {"rope.scaling.yarn_log_multiplier": 0.1}, "rope.scaling.yarn_log_multiplier (DeepSeek's mscale)"),
+    ({"rope.freq_base_swa": 10000.0}, "rope.freq_base_swa 10000.0 differs from rope.freq_base 150000.0"),
+    ({"rope.dimension_count": 16}, "RoPE on 16 of 32 coordinates per head (rope.dimension_count)"),
+])
+def test_what_a_gpt_oss_file_states_and_tinyinfer_cannot_honour_is_refused_by_name(tmp_path, keys, message):
+    path = tmp_path / "gpt-oss.gguf"
+    writer = gguf.GGUFWriter(path, "gpt-oss")
+    for key, value in (GPT_OSS_BODY | keys).items():
+        kind = {str: gguf.GGUFValueType.STRING, float: gguf.GGUFValueType.FLOAT32}.get(type(value),
+                                                                                     gguf.GGUFValueType.UINT32)
+        writer.add_key_value(f"gpt-oss.{key}", value, kind)
+    writer.add_tensor("token_embd.weight", np.zeros((4, 64), np.float32))
     writer.write_header_to_file(), writer.write_kv_data_to_file(), writer.write_tensors_to_file(), writer.close()
     assert_refused(path, message)
 

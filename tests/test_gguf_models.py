@@ -5,18 +5,27 @@ reading the same file (`from_pretrained(folder, gguf_file=name)`, which dequanti
 Logits must agree within 1e-4 of the logit scale (the largest |logit|): float32 sums of a few hundred products,
 not a model-specific tolerance. Architectures transformers cannot read from GGUF (Gemma 1; Mixtral, which GGUF
 calls llama with experts; phi2, gptneox, olmo2, granite, smollm3; Falcon-40B's grouped q/k/v and StableLM 2 12B's
-per-head norms, which its reader mislays) are checked against transformers on the Hugging Face checkpoint they were
-written from, in F32, whose weights the file holds exactly; every architecture is checked so too.
+per-head norms, which its reader mislays; gpt-oss, whose reader takes a metadata key's length for its value and has no
+place for llama.cpp's split experts and sinks) are checked against transformers on the Hugging Face checkpoint they
+were written from, in F32, whose weights the file holds exactly; every architecture is checked so too.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
+import gguf
 import numpy as np
 import pytest
 import transformers
-from gguf_files import ALL_TYPES, hf_from_gguf, logits_of, real_model_or_skip, write_gguf
+from gguf_files import (
+    ALL_TYPES,
+    gpt_oss_experts_from_gguf,
+    hf_from_gguf,
+    logits_of,
+    real_model_or_skip,
+    write_gguf,
+)
 from tiny_models import build_with_transformers, hf_logits, prompt_ids
 
 import tinyinfer
@@ -34,6 +43,8 @@ LLAMA3_ROPE = dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_fre
                    original_max_position_embeddings=16)  # pairs of wavelength 4..16 blended, longer ones / 8
 LONGROPE = dict(rope_type="longrope", short_factor=[1.0 + 0.1 * i for i in range(32)],
                 long_factor=[2.0 + i for i in range(32)])  # a context of 128 stretched from 32
+GPT_OSS_YARN = dict(rope_type="yarn", rope_theta=150000.0, factor=4.0, original_max_position_embeddings=32,
+                    beta_fast=32.0, beta_slow=1.0, truncate=False)  # gpt-oss's YaRN, the context stretched from 32
 FAMILIES = {  # name: (transformers config class, fields, norm offset, read by transformers from GGUF)
     "llama": ("LlamaConfig", {}, 0.0, True),
     "qwen2": ("Qwen2Config", {}, 0.0, True),
@@ -69,6 +80,8 @@ FAMILIES = {  # name: (transformers config class, fields, norm offset, read by t
     "cohere_qk_norm": ("CohereConfig", dict(logit_scale=0.8, use_qk_norm=True), 0.0, False),  # Command-R+'s
     "cohere2": ("Cohere2Config", dict(num_hidden_layers=4, sliding_window=8, logit_scale=0.8, rotary_pct=1.0), 0.0,
                 False),  # Command R7B's: 3 sliding layers of 4 (the prompt is longer than the window), 1 NoPE
+    "gpt_oss": ("GptOssConfig", dict(intermediate_size=128, num_local_experts=4, num_experts_per_tok=2,
+                                     sliding_window=8, rope_parameters=GPT_OSS_YARN), 0.0, False),
 }
 # The fields of SHAPE a config class takes, where not all (Falcon's head_dim is a property, its KV heads its own)
 SHAPE_FIELDS = {"gpt2": ("vocab_size", "bos_token_id", "eos_token_id"),
@@ -147,6 +160,22 @@ def test_rope_factors_stored_as_tensors_are_applied(checkpoint, gguf_file, famil
         assert_close_to(tinyinfer.load(path).logits(ids), hf_logits(checkpoint(family), ids))
 
 
+def test_gpt_oss_experts_in_mxfp4_give_transformers_logits_on_the_weights_they_store(checkpoint, tmp_path):
+    """gpt-oss GGUF files keep the Hub's MXFP4 experts (ggml-org/gpt-oss-20b-GGUF): quantised here by gguf, every
+    other matrix F32. Against transformers on the checkpoint whose experts are what the file stores (gguf's own
+    dequantiser); the MXFP4 rounding itself moves the logits far from the float checkpoint's."""
+    folder, ids = checkpoint("gpt_oss"), prompt_ids(16)
+    path = write_gguf(folder, tmp_path / "gpt_oss-mxfp4.gguf", "F32", experts="MXFP4")
+    kinds = {t.name.split(".")[2]: t.tensor_type.name for t in gguf.GGUFReader(path).tensors
+             if t.name.startswith("blk.0.") and t.name.endswith(".weight")}
+    assert kinds["ffn_gate_exps"] == kinds["ffn_up_exps"] == kinds["ffn_down_exps"] == "MXFP4"
+    assert kinds["attn_q"] == "F32"
+    mine = tinyinfer.load(path).logits(ids)
+    assert_close_to(mine, hf_logits(gpt_oss_experts_from_gguf(folder, path, tmp_path / "stored"), ids))
+    reference = hf_logits(folder, ids)
+    assert np.abs(mine - reference).max() > 100 * RELATIVE * np.abs(reference).max()
+
+
 def without_unpermute(monkeypatch, *model_types: str) -> None:
     """Load llama-layout files as if the q/k rows needed no re-layout (the rows left as GGUF has them)."""
     for model_type in model_types:
@@ -166,7 +195,8 @@ def test_the_q_k_permutation_must_be_undone(gguf_file, checkpoint, family, monke
 
 @pytest.mark.parametrize("family, qtype", [("llama", "Q4_K"), ("phi3", "Q8_0"), ("qwen2_moe", "Q5_1"),
                                            ("gpt2", "Q6_K"), ("gemma", "Q4_1"), ("llama", "IQ4_XS"),
-                                           ("falcon40b", "Q5_0"), ("gpt_neox", "Q4_0")])
+                                           ("falcon40b", "Q5_0"), ("gpt_neox", "Q4_0"),
+                                           ("gpt_oss", "MXFP4")])
 def test_weights_kept_quantised_give_the_same_logits(gguf_file, family, qtype):
     path, ids = gguf_file(family, qtype), prompt_ids(16)
     dequantised, kept = tinyinfer.load(path), tinyinfer.load(path, keep_quantized=True)

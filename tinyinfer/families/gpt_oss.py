@@ -17,6 +17,14 @@ and down_proj_blocks [E, d, ff/32, 16], down_proj_scales [E, d, ff/32]; everythi
 dequantises them to float32 at load, one expert at a time (`expert_weights`): exactly, since every FP4 value
 times a power of two is a float32 (MXFP4 is 4.25 bits a weight: gpt-oss-20b is 13 GB on disk, 84 GB in float32).
 
+GGUF (llama.cpp's "gpt-oss"): the converter (conversion/gpt_oss.py GptOssModel) splits the fused experts: the even
+columns of gate_up_proj become ffn_gate_exps [E, ff, d], the odd ones ffn_up_exps, down_proj is stored transposed
+as ffn_down_exps [E, d, ff], each with its bias (ffn_gate_exps.bias [E, ff], ...); the Hub's MXFP4 blocks are
+repacked as GGUF's MXFP4 rather than dequantised. So a GGUF file's experts arrive one by one, [out, in] and gate
+apart from up, as Mixtral's do (`split_expert`). The sinks are attn_sinks.weight, the router ffn_gate_inp.
+llama.cpp runs every file with the releases' clamp (alpha 1.702, limit 7) and, without
+attention.sliding_window_pattern, the window on the even layers; `gguf_config` says what else it reads.
+
     >>> blocks = np.array([[[0x21] + [0] * 15]], dtype=np.uint8)  # byte 0: weight 0 is code 1, weight 1 code 2
     >>> hub_mxfp4_rows(blocks, np.array([[128]], dtype=np.uint8))[0, :3].tolist()  # fp4 0.5, 1.0, 0.0 times 2
     [1.0, 2.0, 0.0]
@@ -34,6 +42,16 @@ from tinyinfer.families.common import ATTENTION_BIASES, check_window, every_but_
 from tinyinfer.families.family import Family
 from tinyinfer.families.llama import attention as llama_attention
 from tinyinfer.families.llama import load_body, read_body
+from tinyinfer.gguf.architectures import (
+    LLAMA_LAYER,
+    LLAMA_TOP,
+    GGUFLayout,
+    Metadata,
+    expert_config,
+    llama_like_config,
+    named,
+    sliding_layer_types,
+)
 from tinyinfer.gguf.quants import dequantize_mxfp4, type_by_name
 from tinyinfer.weights import Getter, linear
 
@@ -63,15 +81,17 @@ def attention(get: Getter, cfg: Config, p: str) -> dict:
 
 
 def mlp(get: Getter, cfg: Config, i: int) -> dict:
-    """Layer i's router and experts, the interleaved gate/up columns split apart: gate the even ones, up the odd."""
+    """Layer i's router and experts, the interleaved gate/up columns split apart: gate the even ones, up the odd
+    (or, from a GGUF file, each expert's gate, up and down apart: `split_expert`)."""
     p, d, E, ff = f"model.layers.{i}.mlp", cfg.d_model, cfg.n_experts, cfg.moe_d_ff
+    router = {"router": linear(get, f"{p}.router.weight", d, E), "router_bias": get(f"{p}.router.bias", (E,))}
+    if get.has(f"{p}.experts.0.gate_proj.weight"):
+        return router | {"experts": [split_expert(get, f"{p}.experts.{e}", d, ff) for e in range(E)]}
     gate_up = expert_weights(get, f"{p}.experts.gate_up_proj", E, d, 2 * ff)  # e -> [d, 2 ff]
     down = expert_weights(get, f"{p}.experts.down_proj", E, ff, d)  # e -> [ff, d]
     gate_up_bias = get(f"{p}.experts.gate_up_proj_bias", (E, 2 * ff))  # [E, 2 ff]
     down_bias = get(f"{p}.experts.down_proj_bias", (E, d))  # [E, d]
-    experts = [expert(gate_up(e), gate_up_bias[e], down(e), down_bias[e]) for e in range(E)]
-    return {"router": linear(get, f"{p}.router.weight", d, E), "router_bias": get(f"{p}.router.bias", (E,)),
-            "experts": experts}
+    return router | {"experts": [expert(gate_up(e), gate_up_bias[e], down(e), down_bias[e]) for e in range(E)]}
 
 
 def expert(gate_up: np.ndarray, gate_up_bias: np.ndarray, down: np.ndarray, down_bias: np.ndarray) -> dict:
@@ -79,6 +99,14 @@ def expert(gate_up: np.ndarray, gate_up_bias: np.ndarray, down: np.ndarray, down
     -> gate, up [d, ff], down [ff, d], gate_bias, up_bias [ff], down_bias [d]."""
     return {"gate": np.ascontiguousarray(gate_up[:, 0::2]), "up": np.ascontiguousarray(gate_up[:, 1::2]),
             "down": down, "gate_bias": gate_up_bias[0::2], "up_bias": gate_up_bias[1::2], "down_bias": down_bias}
+
+
+def split_expert(get: Getter, p: str, d: int, ff: int) -> dict:
+    """One expert stored apart as nn.Linear layers (`p`.gate_proj, .up_proj [ff, d], .down_proj [d, ff], with
+    biases): the parameters `expert` gives."""
+    return {"gate": linear(get, f"{p}.gate_proj.weight", d, ff), "up": linear(get, f"{p}.up_proj.weight", d, ff),
+            "down": linear(get, f"{p}.down_proj.weight", ff, d), "gate_bias": get(f"{p}.gate_proj.bias", (ff,)),
+            "up_bias": get(f"{p}.up_proj.bias", (ff,)), "down_bias": get(f"{p}.down_proj.bias", (d,))}
 
 
 MXFP4_BLOCK = type_by_name("MXFP4")[1]  # weights per block: 32
@@ -116,4 +144,40 @@ def load_params(get: Getter, cfg: Config) -> dict:
     return load_body(get, cfg, mlp, attention)
 
 
-FAMILY = Family("gpt_oss", DEFAULTS, read_config, load_params, quantizations=("mxfp4",))
+# -- GGUF ------------------------------------------------------------------------------------------------------
+
+SWIGLU = {"swiglu_alpha": 1.702, "swiglu_limit": 7.0}  # llama.cpp's LLM_FFN_SWIGLU_OAI_MOE constants
+
+
+def gguf_config(m: Metadata, names: set) -> dict:
+    """A gpt-oss file's config.json: Llama's fields, the experts (expert_feed_forward_length wide), the window
+    and the layers it slides on (`sliding_layer_types`, period 2), the attention biases where the file has
+    them, llama.cpp's clamp constants, and plain RoPE or YaRN (`yarn_scaling`) with the ramp's ends kept
+    fractional ("truncate": false) as in every gpt-oss release: the converter drops the flag (llama.cpp's ggml
+    rounds them outwards). One RoPE base for all layers and RoPE on whole heads, or the file is refused."""
+    c = llama_like_config(m, names, "gpt_oss", yarn=True)
+    if m.get("rope.freq_base_swa", c["rope_theta"]) != c["rope_theta"]:
+        raise TinyInferError(f"{m.path}: rope.freq_base_swa {m['rope.freq_base_swa']} differs from rope.freq_base "
+                             f"{c['rope_theta']}: gpt-oss runs with one RoPE base for its sliding and full layers")
+    if m.get("rope.dimension_count", c["head_dim"]) != c["head_dim"]:
+        raise TinyInferError(f"{m.path}: RoPE on {m['rope.dimension_count']} of {c['head_dim']} coordinates per head "
+                             "(rope.dimension_count) is not supported for gpt-oss; only whole heads rotate")
+    rope = c.get("rope_scaling") or {"rope_type": "default"}  # GptOssConfig's default is YaRN: say plain RoPE
+    if rope["rope_type"] == "yarn":
+        rope |= {"truncate": False}
+    n, experts = c["num_hidden_layers"], expert_config(m)
+    return c | SWIGLU | {
+        "num_local_experts": experts["num_experts"], "num_experts_per_tok": experts["num_experts_per_tok"],
+        "intermediate_size": m["expert_feed_forward_length"], "sliding_window": m["attention.sliding_window"],
+        "layer_types": sliding_layer_types(m, n, 2), "attention_bias": "blk.0.attn_q.bias" in names,
+        "rope_scaling": rope | {"rope_theta": c["rope_theta"]}}
+
+
+GGUF_TENSORS = named(LLAMA_TOP, {name: LLAMA_LAYER[name] for name in ("attn_norm", "attn_q", "attn_k", "attn_v",
+                                                                       "attn_output")} | {
+    "attn_sinks.weight": "self_attn.sinks", "post_attention_norm": "post_attention_layernorm",
+    "ffn_gate_inp": "mlp.router", "ffn_gate_exps": "mlp.experts.{e}.gate_proj",
+    "ffn_up_exps": "mlp.experts.{e}.up_proj", "ffn_down_exps": "mlp.experts.{e}.down_proj"})
+
+FAMILY = Family("gpt_oss", DEFAULTS, read_config, load_params, quantizations=("mxfp4",),
+                gguf=GGUFLayout("gpt-oss", gguf_config, GGUF_TENSORS, experts=True))

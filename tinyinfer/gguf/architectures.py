@@ -9,7 +9,9 @@ the way. Each family module (tinyinfer/families/) says how to go back, in a `GGU
     config        GGUF metadata -> the fields of config.json (which the family's reader then reads as usual)
     tensors       GGUF tensor name (without .weight/.bias) -> the family's name ({i}: layer, {e}: one slice of a
                   stacked tensor: an expert, or StableLM's per-head norm); or a function of the file's config.json
-                  giving that table (Falcon's attn_norm is its MLP's norm, or its layer's only one)
+                  giving that table (Falcon's attn_norm is its MLP's norm, or its layer's only one); a key
+                  with its .weight/.bias maps to the family's whole name (gpt-oss's attn_sinks.weight is
+                  self_attn.sinks)
     relayout      undoes the converter's re-layouts on each tensor read:
         llama, mistral, mixtral: q and k rows permuted per head, from rotate-half pairs (i, i + hd/2) to
                  neighbouring pairs (2i, 2i+1), llama.cpp's rotary convention: undone by `unpermute_rows`
@@ -22,6 +24,7 @@ the way. Each family module (tinyinfer/families/) says how to go back, in a `GGU
                  put back per head
         granite, smollm3: Llama's q/k permutation (their converters are LlamaModel's)
         MoE:     a layer's experts merged into one [E, out, in] tensor (ffn_gate_exps): cut per expert (reader)
+        gpt-oss: its fused gate_up_proj split into ffn_gate_exps and ffn_up_exps: read apart (its loader)
 
 This module holds what the families share: the metadata view, the config fields every Llama-like file writes
 alike, the Llama tensor names, and the re-layouts.
@@ -101,8 +104,8 @@ GEMMA2_TENSORS = LLAMA_TENSORS | named({}, {  # four norms: each sublayer's inpu
 
 # -- config.json from metadata -------------------------------------------------------------------------------------
 
-def llama_like_config(m: Metadata, names: set, model_type: str) -> dict:
-    """The config.json fields every Llama-like architecture writes the same way."""
+def llama_like_config(m: Metadata, names: set, model_type: str, yarn: bool = False) -> dict:
+    """The config.json fields every Llama-like architecture writes the same way (`yarn`: `rope_config`'s)."""
     heads = m["attention.head_count"]
     kv_heads = m.get("attention.head_count_kv", heads)
     if isinstance(heads, list) or isinstance(kv_heads, list):
@@ -116,19 +119,45 @@ def llama_like_config(m: Metadata, names: set, model_type: str) -> dict:
          "tie_word_embeddings": "output.weight" not in names}
     if m.get("attention.value_length", c["head_dim"]) != c["head_dim"]:
         raise TinyInferError(f"{m.path}: keys and values of different widths are not supported")
-    return c | rope_config(m)
+    return c | rope_config(m, yarn)
 
 
-def rope_config(m: Metadata) -> dict:
-    """RoPE's base (10000 where the file states none, as llama.cpp takes it) and its linear scaling; the other
-    scalings of the metadata are refused by name (the factors stored as tensors: `rope_from_tensors`)."""
+def rope_config(m: Metadata, yarn: bool = False) -> dict:
+    """RoPE's base (10000 where the file states none, as llama.cpp takes it) and its linear scaling, and YaRN's
+    where the family reads it (`yarn`, `yarn_scaling`); the other scalings of the metadata are refused by name
+    (the factors stored as tensors: `rope_from_tensors`)."""
     c = {"rope_theta": m.get("rope.freq_base", 10000.0)}
     scaling = m.get("rope.scaling.type", "none")
     if scaling == "linear":
         c["rope_scaling"] = {"rope_type": "linear", "factor": m["rope.scaling.factor"]}
+    elif scaling == "yarn" and yarn:
+        c["rope_scaling"] = yarn_scaling(m)
     elif scaling != "none":
-        raise TinyInferError(f"{m.path}: RoPE scaling {scaling!r} in a GGUF file is not supported (only linear)")
+        supported = "linear, yarn" if yarn else "linear"
+        raise TinyInferError(f"{m.path}: RoPE scaling {scaling!r} in a GGUF file is not supported here (only "
+                             f"{supported})")
     return c
+
+
+YARN_DEFAULTS = {"beta_fast": 32.0, "beta_slow": 1.0}  # llama.cpp's (llama_context_params) without the keys
+
+
+def yarn_scaling(m: Metadata) -> dict:
+    """YaRN's parameters as llama.cpp reads them: rope.scaling.factor and .original_context_length, and the
+    optional .yarn_beta_fast, .yarn_beta_slow (YARN_DEFAULTS), .yarn_attn_factor (else 0.1 ln(factor) + 1, as
+    ggml's rope computes it). A file whose extrapolation mix (.yarn_ext_factor) is not 1, or which sets
+    .yarn_log_multiplier, is refused by name: tinyinfer's YaRN is transformers'."""
+    if m.get("rope.scaling.yarn_ext_factor", 1.0) != 1.0:
+        raise TinyInferError(f"{m.path}: rope.scaling.yarn_ext_factor {m['rope.scaling.yarn_ext_factor']} is not "
+                             "supported: only YaRN's full extrapolation mix, 1.0")
+    if m.get("rope.scaling.yarn_log_multiplier") is not None:
+        raise TinyInferError(f"{m.path}: rope.scaling.yarn_log_multiplier (DeepSeek's mscale) is not supported")
+    yarn = {"rope_type": "yarn", "factor": m["rope.scaling.factor"],
+            "original_max_position_embeddings": m["rope.scaling.original_context_length"]}
+    yarn |= {field: m.get(f"rope.scaling.yarn_{field}", default) for field, default in YARN_DEFAULTS.items()}
+    if m.get("rope.scaling.yarn_attn_factor") is not None:
+        yarn["attention_factor"] = m["rope.scaling.yarn_attn_factor"]
+    return yarn
 
 
 ROPE_TENSORS = ("rope_freqs", "rope_factors_short", "rope_factors_long")  # RoPE factors stored as tensors

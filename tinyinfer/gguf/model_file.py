@@ -58,10 +58,12 @@ class GGUFCheckpoint:
         self_attn.q_proj.weight, attn_q)."""
         layer, top = LAYER_NAME.fullmatch(name), TOP_NAME.fullmatch(name)
         key = f"blk.{{i}}.{layer[2]}" if layer else top[1] if top else None
+        kind = (layer[3] if layer else top[2]) if key else None
+        if f"{key}.{kind}" in self._table:  # a whole name: the family's tensor has no .weight (gpt-oss's sinks)
+            return self._table[f"{key}.{kind}"].format(i=layer[1] if layer else None), key.split(".")[-1]
         if key not in self._table:
             raise TinyInferError(f"{self.gguf.path}: tensor {name!r} has no place in a {self.hf_config['model_type']} "
                                  "model: the file's architecture has parts tinyinfer does not run")
-        kind = layer[3] if layer else top[2]
         return self._table[key].format(i=layer[1] if layer else None, e="{e}") + "." + kind, key.split(".")[-1]
 
     def names(self) -> list[str]:
