@@ -128,5 +128,5 @@ def dequantize(codes: np.ndarray, scale_inv: np.ndarray, block: list[int] | None
                              f"{list(codes.shape)} in blocks of {[rows, cols]} needs {list(grid)}: the scales do not "
                              "match the weight or config.json's weight_block_size; fix weight_block_size or "
                              "re-download the checkpoint")
-    expanded = np.repeat(np.repeat(scale_inv, rows, axis=-2), cols, axis=-1)  # [..., grid rows * rows, grid cols * cols]
+    expanded = np.repeat(np.repeat(scale_inv, rows, axis=-2), cols, axis=-1)  # [..., grid rows*rows, grid cols*cols]
     return codes * expanded[..., :out, :d_in]  # the edge blocks cut to the weight: [..., out, in]

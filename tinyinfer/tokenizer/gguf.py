@@ -177,8 +177,8 @@ def byte_level_spec(metadata: dict, tokens: list[str]) -> dict:
     if pre not in PRE_TOKENIZERS:
         raise TinyInferError(f"the GGUF file names the pre-tokenizer {pre!r} (tokenizer.ggml.pre), which tinyinfer does "
                              f"not know; known: {', '.join(sorted(PRE_TOKENIZERS))}. Add its regexes from llama.cpp's "
-                             "src/llama-vocab.cpp to PRE_TOKENIZERS in tinyinfer/tokenizer/gguf.py, or give --tokenizer the model's "
-                             "tokenizer.json")
+                             "src/llama-vocab.cpp to PRE_TOKENIZERS in tinyinfer/tokenizer/gguf.py, or give --tokenizer "
+                             "the model's tokenizer.json")
     merges = _strings(metadata, "tokenizer.ggml.merges")
     splits = [{"type": "Split", "pattern": {"Regex": r}, "behavior": "Isolated", "invert": False} for r in PRE_TOKENIZERS[pre]]
     return {
