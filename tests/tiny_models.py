@@ -175,7 +175,7 @@ def tiled_attention_calls(monkeypatch, tile: int = 8) -> list[dict]:
         calls.append(bound.arguments)
         return tiled_attention(*args, **{**kwargs, "tile": tile})
 
-    monkeypatch.setattr(tinyinfer.model, "TILED_ATTENTION_MIN_SCORES", 0)
+    monkeypatch.setattr(tinyinfer.model, "TILED_ATTENTION_MIN_QUERIES", 0)
     monkeypatch.setattr(tinyinfer.model, "tiled_attention", small_tiles)
     return calls
 
