@@ -244,6 +244,17 @@ MUTATIONS = [
              "        quantize_model(model, args.quantize)",
              "        quantize_model(tinyinfer.load(args.model, kv_cache_dtype=args.kv_cache_dtype), args.quantize)",
              ("tests/test_cli_flags.py", "-k", "quantize"), quick=True),
+    # --- strict JSON Schema grammars for generation
+    Mutation("generation's schemas compiled with the spec's open objects", "tinyinfer/constrain/build.py",
+             "return schema_to_grammar(load_schema(spec), strict=True)", "return schema_to_grammar(load_schema(spec))",
+             ("tests/test_json_schema_strict.py", "-k", "generation")),
+    Mutation("strict objects drop the required keys they do not declare", "tinyinfer/constrain/json_schema.py",
+             "named = declared | {key: True for key in", "named = declared or {key: True for key in",
+             ("tests/test_json_schema_strict.py", "-k", "required")),
+    Mutation("strict tuples left open", "tinyinfer/constrain/json_schema.py",
+             'schema = {**schema, "items" if "prefixItems" in schema else "additionalItems": False}',
+             'schema = {**schema, "items" if "prefixItems" in schema else "additionalItems": True}',
+             ("tests/test_json_schema_strict.py", "-k", "tuple")),
 ]
 
 

@@ -236,6 +236,34 @@ def test_forced_tool_calls_come_back_as_tool_calls(server, model, choice, offere
     assert sum("tool_calls" in e["choices"][0]["delta"] for e in events[:-1]) > 3  # the arguments came in pieces
 
 
+OPEN = {"type": "object", "properties": {"word": {"type": "string", "maxLength": 6}}, "required": ["word"]}  # says
+# nothing of other keys: JSON Schema allows them; the server, as vLLM's default grammar backend, writes none
+
+
+def test_schemas_that_allow_other_keys_get_only_the_declared_ones(server):
+    """Tool arguments and response_format objects carry only the keys their schema declares, sampled
+    freely (a tool called with an argument it never declared breaks the caller's code)."""
+    tool = {"type": "function", "function": {"name": "rhyme", "parameters": OPEN}}
+    calls = objects = 0
+    for seed in range(3):
+        base = {"messages": MESSAGES, "max_tokens": MAX_TOKENS, "temperature": 1.0, "seed": seed, "n": 3}
+        status, body = post(server, "/v1/chat/completions", {**base, "tools": [tool], "tool_choice": "required",
+                                                             "parallel_tool_calls": False})
+        assert status == 200, body
+        for choice in body["choices"]:
+            for call in choice["message"].get("tool_calls") or []:  # (none when max_tokens cut the call)
+                assert set(json.loads(call["function"]["arguments"])) == {"word"}, call
+                calls += 1
+        status, body = post(server, "/v1/chat/completions", {**base, "response_format": {
+            "type": "json_schema", "json_schema": {"name": "rhyme", "schema": OPEN}}})
+        assert status == 200, body
+        for choice in body["choices"]:
+            if choice["finish_reason"] == "stop":
+                assert set(json.loads(choice["message"]["content"])) == {"word"}, choice
+                objects += 1
+    assert calls >= 5 and objects >= 5, (calls, objects)  # few finish: rambling past the declared keys?
+
+
 def joined_tool_calls(events: list[dict]) -> list[dict]:
     """The calls a streamed chat reply made, its `tool_calls` deltas joined as a client joins them: the first
     piece of a call brings its index, id and name, later pieces more of its arguments."""

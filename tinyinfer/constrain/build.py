@@ -48,8 +48,8 @@ def load_schema(spec) -> dict | bool:
 
 def grammar_for(kind: str, spec) -> Grammar:
     """The grammar of one constraint kind (see KINDS)."""
-    if kind == "json_schema":
-        return schema_to_grammar(load_schema(spec))
+    if kind == "json_schema":  # strict: no key or item the schema does not name (see schema_to_grammar)
+        return schema_to_grammar(load_schema(spec), strict=True)
     if kind == "json":
         grammar = json_grammar()
         if spec in (None, "object"):

@@ -128,13 +128,25 @@ STRING_KEYWORDS = {"type", "pattern", "minLength", "maxLength", "format", "enum"
 MAX_DEPENDENCIES = 6  # each one doubles the branches
 MAX_UNIQUE_ITEMS = 8  # uniqueItems writes one rule per subset of the item values
 MAX_PATTERN_PROPERTIES = 4  # each key pattern doubles the kinds of undeclared keys
+OTHER_KEYS = {"additionalProperties", "unevaluatedProperties", EVERY_PROPERTY, SOME_PROPERTY}  # strict leaves these
 
 
-def schema_to_grammar(schema) -> Grammar:
-    """Compile a JSON Schema (a dict or a bool) into a Grammar whose root derives valid instances."""
+def schema_to_grammar(schema, strict: bool = False) -> Grammar:
+    """Compile a JSON Schema (a dict or a bool) into a Grammar whose root derives valid instances.
+
+    `strict` (what generation asks for: xgrammar's strict mode, vLLM's default) writes only what the schema
+    names: an object that names keys (`properties`, `patternProperties`) and says nothing of others (no
+    additionalProperties) takes no other key, a required one aside, and a tuple (prefixItems, or an
+    `items` list) that says nothing of further items takes none. Every document is still valid for the
+    schema; the grammar just leaves out what the schema only tolerates, such as arguments a tool never
+    declared. Without it the grammar derives every valid document (the JSON Schema test suite's semantics).
+
+        {"type": "object", "properties": {"a": {"const": 1}}, "required": ["a"]}
+        strict: only {"a":1};  not strict: also {"a":1,"b":null}, {"a":1,"x":[true]}, ...
+    """
     _check_shapes(schema, "#")
     try:
-        return _Compiler(schema).grammar()
+        return _Compiler(schema, strict).grammar()
     except RecursionError:  # merging recursive schemas (allOf of $refs that recurse) unrolls forever
         raise TinyInferError("JSON schema at #: allOf (or oneOf) over recursive $refs cannot be merged into "
                              "one grammar rule; reference the recursive schema once") from None
@@ -146,8 +158,9 @@ def json_grammar() -> Grammar:
 
 
 class _Compiler:
-    def __init__(self, root):
+    def __init__(self, root, strict: bool = False):
         self.root = root
+        self.strict = strict  # see schema_to_grammar
         self.rules: dict[str, object] = {}
         self.ref_rules: dict[str, str] = {}  # "$ref" string -> rule name
         self.numbers: dict[str, object] = {}  # number constraints -> their rules' start (None: no number)
@@ -543,6 +556,9 @@ class _Compiler:
 
     # ------------------------------------------------------------ arrays and objects
     def array(self, schema: dict, path: str):
+        if self.strict and ("prefixItems" in schema and "items" not in schema
+                            or isinstance(schema.get("items"), list) and "additionalItems" not in schema):
+            schema = {**schema, "items" if "prefixItems" in schema else "additionalItems": False}  # a closed tuple
         items = schema.get("items", True)
         if schema.get("uniqueItems") and schema.get("maxItems", 2) > 1:
             return self.unique_array(schema, items, path)
@@ -649,6 +665,11 @@ class _Compiler:
         return seq(Literal("["), body, Literal("]"))
 
     def object(self, schema: dict, path: str):
+        if self.strict and (schema.get("properties") or schema.get("patternProperties")) and not (
+                OTHER_KEYS.intersection(schema)):  # keys the schema names, declared or by a pattern, and no others
+            declared = schema.get("properties", {})
+            named = declared | {key: True for key in schema.get("required", []) if key not in declared}  # any value
+            schema = {**schema, "properties": named, "additionalProperties": False}
         if EVERY_PROPERTY in schema or SOME_PROPERTY in schema:
             return compile_object(self, schema, path)
         props = dict(schema.get("properties", {}))

@@ -67,7 +67,7 @@ def tool_call_schema(tools: list[dict], parallel: bool = False) -> dict:
 def tool_call_grammar(tools: list[dict], allow_text: bool = False, parallel: bool = False) -> Grammar:
     """Grammar of a tool call (with `parallel`, or of an array of calls), or (allow_text) of that or a
     plain-text reply, which then cannot start like a call: with '{' (or, with `parallel`, '[')."""
-    grammar = schema_to_grammar(tool_call_schema(tools, parallel))
+    grammar = schema_to_grammar(tool_call_schema(tools, parallel), strict=True)  # no argument a tool does not declare
     if allow_text:
         grammar.rules["tool-call"] = grammar.rules["root"]
         openers = ((ord("{"), ord("{")), (ord("["), ord("["))) if parallel else ((ord("{"), ord("{")),)
