@@ -255,6 +255,8 @@ MUTATIONS = [
              'schema = {**schema, "items" if "prefixItems" in schema else "additionalItems": False}',
              'schema = {**schema, "items" if "prefixItems" in schema else "additionalItems": True}',
              ("tests/test_json_schema_strict.py", "-k", "tuple")),
+    Mutation("the server's warm-up freezes nothing", "tinyinfer/commands/serve.py",
+             "    gc.collect()\n    gc.freeze()\n", "    gc.collect()\n", ("tests/test_server.py", "-k", "warm_up")),
 ]
 
 

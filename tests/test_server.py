@@ -385,3 +385,27 @@ def test_a_connection_serves_request_after_request_until_a_stream_or_an_error(se
     response = connection.getresponse()  # (a new socket: the server closed the last one)
     assert response.getheader("Connection") == "close" and response.read().endswith(b"data: [DONE]\n\n")
     connection.close()
+
+
+WARM_UP = """
+import gc
+import tinyinfer
+from tinyinfer.commands.serve import warm_up
+from tinyinfer.constrain import build
+from tinyinfer.engine import LLM
+llm = LLM(tinyinfer.load("shakespeare"))
+assert gc.get_freeze_count() == 0 and not build._vocabularies
+warm_up(llm)
+[(tokenizer, vocabulary)] = build._vocabularies.values()
+print(gc.get_freeze_count(), tokenizer is llm.model.tokenizer, vocabulary.size)
+"""
+
+
+def test_warm_up_builds_the_masks_vocabulary_and_freezes_what_lives_as_long_as_the_server():
+    """Before it serves, `serve` builds the vocabulary structured output masks over (a first structured request
+    then finds it) and freezes the objects alive then out of the garbage collector (in a process of its own:
+    gc.freeze is process-wide)."""
+    out = subprocess.run([sys.executable, "-c", WARM_UP], capture_output=True, text=True, timeout=120, check=True)
+    frozen, same_tokenizer, size = out.stdout.split()
+    assert int(frozen) > 10_000  # the tokenizer, the trie's tables, the engine, the modules
+    assert same_tokenizer == "True" and int(size) == tinyinfer.load("shakespeare").config.vocab_size

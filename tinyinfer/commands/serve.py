@@ -19,6 +19,7 @@ rank runs each step's forward pass (tinyinfer/engine/ranks.py).
 
 from __future__ import annotations
 
+import gc
 import sys
 
 import tinyinfer
@@ -29,6 +30,7 @@ from tinyinfer.commands.parallel_flags import add_parallel_arguments, connect_ra
 from tinyinfer.engine.limits import API_KEY_ENV, Limits
 from tinyinfer.engine.ranks import engine_on_ranks
 from tinyinfer.errors import TinyInferError
+from tinyinfer.generation import constraint_vocabulary
 from tinyinfer.lora import load_adapter
 from tinyinfer.resolve import DEFAULT_MODEL
 
@@ -99,6 +101,7 @@ def serve(args, llm, adapters: dict[str, str]) -> int:
     except OSError as e:  # the port is taken, the address is not this machine's...
         raise TinyInferError(f"cannot listen on {args.host}:{args.port}: {e.strerror or e}: choose another --port, "
                              "or a --host address of this machine") from None
+    warm_up(llm)
     with_adapters = f" and LoRA adapters {', '.join(map(repr, adapters))}" if adapters else ""
     print(f"tinyinfer: serving {name!r}{with_adapters} at {server.url}/v1 (Ctrl-C to stop)", file=sys.stderr, flush=True)
     try:
@@ -108,6 +111,17 @@ def serve(args, llm, adapters: dict[str, str]) -> int:
     finally:
         server.close()
     return 0
+
+
+def warm_up(llm) -> None:
+    """What the first requests would pay for, done before serving: the vocabulary that structured output masks
+    over (a trie of every token's bytes: 0.24 s for SmolLM2's 49,152 tokens, once), then every object alive
+    frozen out of Python's garbage collector (`gc.freeze`, as vLLM does after its warm-up). They live as long
+    as the server, and a full collection walking them all stalls every running sequence (13 ms a collection
+    with SmolLM2-135M loaded, measured; a run of 16 structured requests met one of 41 ms)."""
+    constraint_vocabulary(llm.model)
+    gc.collect()
+    gc.freeze()
 
 
 def load_adapters(model, specs: list[str]) -> dict[str, str]:
