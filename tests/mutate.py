@@ -257,6 +257,10 @@ MUTATIONS = [
              ("tests/test_json_schema_strict.py", "-k", "tuple")),
     Mutation("the server's warm-up freezes nothing", "tinyinfer/commands/serve.py",
              "    gc.collect()\n    gc.freeze()\n", "    gc.collect()\n", ("tests/test_server.py", "-k", "warm_up")),
+    Mutation("tokenize reads a .gguf file as a tokenizer.json", "tinyinfer/loading.py",
+             "    if path.is_file() and is_gguf(path):\n        from tinyinfer.gguf.model_file import gguf_tokenizer",
+             "    if False:\n        from tinyinfer.gguf.model_file import gguf_tokenizer",
+             ("tests/test_tokenizer_cli.py", "-k", "gguf")),
 ]
 
 

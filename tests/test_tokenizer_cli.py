@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import re
 
 import pytest
@@ -40,6 +41,36 @@ def test_tokenize_bad_model_is_one_line_error(capsys, tmp_path):
     assert main(["tokenize", "--model", str(tmp_path), "x"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("error:") and "Unigram" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("name", ["gpt-2", "llama-spm"])
+def test_tokenize_reads_a_gguf_files_tokenizer(capsys, monkeypatch, name):
+    """A .gguf file's own tokenizer (its metadata): the ids printed are llama.cpp's on its vocabulary tests."""
+    folder = shared_data("tokenizers/llamacpp-vocab-tests")
+    texts = (folder / "ggml-vocab-test.inp").read_text(encoding="utf-8").split("\n__ggml_vocab_test__\n")
+    expected = (folder / f"ggml-vocab-{name}.gguf.out").read_text(encoding="utf-8").split("\n")
+    checked = 0
+    for text, ids in list(zip(texts, expected))[::6]:  # every sixth: leading spaces, digits, scripts, code
+        if not ids.strip():
+            continue
+        monkeypatch.setattr("sys.stdin", io.StringIO(text))  # on stdin: a text may start with "-"
+        path = folder / f"ggml-vocab-{name}.gguf"
+        assert main(["tokenize", "--no-special", "--max-rows", "1000", "--model", str(path)]) == 0
+        assert table_ids(capsys.readouterr().out) == [int(i) for i in ids.split()], text
+        checked += 1
+    assert checked >= 6
+
+
+def test_tokenize_a_gguf_file_without_a_tokenizer_is_one_line_error(capsys, tmp_path):
+    gguf = pytest.importorskip("gguf")
+    writer = gguf.GGUFWriter(str(tmp_path / "bare.gguf"), "llama")
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    assert main(["tokenize", "--model", str(tmp_path / "bare.gguf"), "x"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and "no tokenizer" in err and "tokenizer.json" in err and len(err.splitlines()) == 1
 
 
 def test_bench_tokenizer_prints_side_by_side_figures(capsys):

@@ -90,7 +90,7 @@ def load(model=None, device: str = "cpu", dtype=None, tokenizer=None, kv_cache_d
         gen_path = folder / "generation_config.json"
         generation_config = read_json(gen_path, "generation_config.json") if gen_path.exists() else {}
         tokenizer_path = tokenizer or (folder if (folder / "tokenizer.json").exists() else None)
-    return Model(config, params, _load_tokenizer(tokenizer_path), device, generation_config, compute_dtype,
+    return Model(config, params, load_tokenizer(tokenizer_path), device, generation_config, compute_dtype,
                  kv_cache_dtype, kernels)
 
 
@@ -114,7 +114,7 @@ def _load_gguf(path: Path, device: str, dtype, tokenizer, kv_cache_dtype: str, k
         config, params, gguf = load_gguf(path, dtype)
         bar.update(1)
     # a tokenizer given instead of the file's own: the file's is not even built (it may be one tinyinfer refuses)
-    model = Model(config, params, _load_tokenizer(tokenizer) if tokenizer else gguf_tokenizer(gguf), device, {},
+    model = Model(config, params, load_tokenizer(tokenizer) if tokenizer else gguf_tokenizer(gguf), device, {},
                   dtype, kv_cache_dtype, kernels)
     del params  # the model holds them now: kept quantised, they are freed below
     if keep_quantized:
@@ -145,11 +145,21 @@ def _find_llama2c_tokenizer(path: Path) -> Path | None:
     return next((c for c in candidates if c.exists() and c != path), None)
 
 
-def _load_tokenizer(path):
+def load_tokenizer(path):
+    """The tokenizer at `path`: a tokenizer.json, a model folder holding one, a llama2.c tokenizer.bin, or a GGUF
+    file's own, built from its metadata (no tensor is read). None for None."""
     if path is None:
         return None
-    try:
-        from tinyinfer.tokenizer import Tokenizer  # noqa: PLC0415
-    except ImportError:
-        return None
+    path = Path(path)
+    if path.is_file() and is_gguf(path):
+        from tinyinfer.gguf.model_file import gguf_tokenizer  # noqa: PLC0415 - only GGUF files need it
+        from tinyinfer.gguf.reader import GGUFFile  # noqa: PLC0415
+
+        tokenizer = gguf_tokenizer(GGUFFile(path))
+        if tokenizer is None:
+            raise TinyInferError(f"{path} describes no tokenizer (no tokenizer.ggml.model in its metadata): give a "
+                                 "tokenizer.json or a folder holding one")
+        return tokenizer
+    from tinyinfer.tokenizer import Tokenizer  # noqa: PLC0415
+
     return Tokenizer.from_file(path)

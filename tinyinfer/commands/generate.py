@@ -68,8 +68,8 @@ def add_loading_arguments(parser) -> None:
     parser.add_argument("--keep-quantized", action="store_true",
                         help="a .gguf model's quantised weights stay quantised in memory, dequantised at every "
                              "product (less memory, slower decode; chapter 12); default: dequantised once at load")
-    parser.add_argument("--tokenizer", default=None, help="a tokenizer.json, or a folder holding one, to use instead "
-                        "of the model's own (a GGUF file's, say)")
+    parser.add_argument("--tokenizer", default=None, help="a tokenizer.json, a folder holding one, or a .gguf file "
+                        "(its tokenizer), to use instead of the model's own (a GGUF file's, say)")
 
 
 def loading_options(args) -> dict:

@@ -5,7 +5,8 @@
 prints one row per token (position, id, the piece as the vocabulary stores it, the text it stands for),
 then the counts the chapter on tokens teaches: characters per token and words per token (English runs
 about 4 characters and 0.75 words per token on GPT-2; other scripts and code cost more tokens).
-PATH is a tokenizer.json, a model folder, a llama2.c tokenizer.bin, or a built-in model name.
+PATH is a tokenizer.json, a model folder, a llama2.c tokenizer.bin, a .gguf file (its tokenizer), or a
+built-in or pulled model's name.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import sys
 
 from tinyinfer.commands import at_least
 from tinyinfer.errors import TinyInferError
+from tinyinfer.loading import load_tokenizer
 from tinyinfer.resolve import resolve_model
 from tinyinfer.sampling import check_text
 from tinyinfer.tokenizer import Tokenizer
@@ -21,16 +23,16 @@ from tinyinfer.tokenizer import Tokenizer
 
 def add_arguments(parser) -> None:
     parser.add_argument("text", nargs="?", help="the text to tokenize (omit it, or give '-', to read stdin)")
-    parser.add_argument("--model", default=None, help="tokenizer.json, model folder, llama2.c tokenizer.bin, built-in name "
-                        "or HF repo id (default: the built-in model)")
+    parser.add_argument("--model", default=None, help="tokenizer.json, model folder, llama2.c tokenizer.bin, .gguf "
+                        "file, built-in or pulled name, or HF repo id (default: the built-in model)")
     parser.add_argument("--no-special", action="store_true", help="do not add BOS/EOS (add_special_tokens=False)")
     parser.add_argument("--max-rows", type=at_least(0), default=200,
                         help="print at most this many token rows (the counts cover all)")
 
 
-def load_tokenizer(model: str | None) -> Tokenizer:
-    """The tokenizer of a path, a built-in or hub name, or (None) the built-in model."""
-    return Tokenizer.from_file(resolve_model(model))
+def model_tokenizer(model: str | None) -> Tokenizer:
+    """The tokenizer of a path, a built-in, pulled or hub name, or (None) the built-in model."""
+    return load_tokenizer(resolve_model(model))
 
 
 def shown(data: bytes) -> str:
@@ -51,7 +53,7 @@ def read_text(text: str | None) -> str:
 
 def run(args) -> int:
     text = read_text(args.text)
-    tok = load_tokenizer(args.model)
+    tok = model_tokenizer(args.model)
     ids = tok.encode(text, add_special_tokens=not args.no_special)
     print(f"{'#':>5} {'id':>7}  {'piece':<24} text")
     for position, token_id in enumerate(ids[:args.max_rows]):
