@@ -4,6 +4,7 @@ file from disk, and `--model NAME` resolving to the pulled file (or saying to pu
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -15,6 +16,8 @@ import pytest
 from tinyinfer.catalogue import CATALOGUE, CatalogueModel, HubSource, WheelSource, pulled_path
 from tinyinfer.commands import pull as pull_command
 from tinyinfer.errors import TinyInferError
+from tinyinfer.gguf.model_file import read_gguf_config
+from tinyinfer.memory import param_count
 from tinyinfer.resolve import resolve_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -107,7 +110,9 @@ def test_pull_of_the_real_model_from_a_file_lands_in_the_cache(tmp_path):
     target = tmp_path / "cache" / CATALOGUE["smollm2-135m-instruct"].filename
     assert done.stdout == f"pulled smollm2-135m-instruct -> {target}\n"
     done = run_cli("models", "--json", env=env)
-    assert f'"name": "smollm2-135m-instruct", "architecture": "GGUF"' in done.stdout and str(target) in done.stdout
+    [row] = [row for row in map(json.loads, done.stdout.splitlines()) if row["name"] == "smollm2-135m-instruct"]
+    assert row["path"] == str(target) and row["architecture"] == "GGUF llama"  # read from the file's header
+    assert row["params"] == param_count(read_gguf_config(target))  # its tensors' sizes: what its config implies
 
 
 def test_resolve_prefers_builtins_then_the_catalogue(cache, tmp_path):

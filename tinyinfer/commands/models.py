@@ -8,13 +8,13 @@
     built-in LoRA adapters, for --lora (.../tinyinfer/models):
       shakespeare-shout  LoRA r=8 on shakespeare      0.1M params   443.3 KB
     pulled (~/.cache/tinyinfer/models):
-      smollm2-135m-instruct  GGUF                          ? params    98.4 MB
+      smollm2-135m-instruct  GGUF llama                134.5M params    98.4 MB
     Hugging Face cache (~/.cache/huggingface/hub):
       HuggingFaceTB/SmolLM2-135M-Instruct  LlamaForCausalLM  134.5M params  269.1 MB
 
 Catalogue models not pulled yet are listed with the command that fetches them.
-Every model name printed here works as `--model NAME`, every adapter name as `--lora NAME`. Parameter counts come from the safetensors headers (no
-weights are read), sizes from the files on disk (cache snapshots are links to blobs: the blobs are counted).
+Every model name printed here works as `--model NAME`, every adapter name as `--lora NAME`. Parameter counts come
+from the safetensors and GGUF headers (no weights are read), sizes from the files on disk (cache snapshots are links to blobs: the blobs are counted).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from pathlib import Path
 
 from tinyinfer.catalogue import CATALOGUE, model_cache_dir, pulled_path
 from tinyinfer.errors import TinyInferError
+from tinyinfer.gguf.reader import GGUFFile
 from tinyinfer.lora import builtin_adapters
 from tinyinfer.resolve import BUILTIN_DIR, builtin_models, cached_models, hf_cache_dir
 from tinyinfer.safetensors_io import Checkpoint
@@ -63,9 +64,10 @@ def pulled_models() -> dict[str, Path]:
 
 def describe(name: str, folder: Path) -> dict:
     """Name, architecture, parameter count and size on disk of one model folder (or one pulled file)."""
-    if folder.is_file():  # a pulled GGUF file: its size; its contents are read only by `load`
-        return {"name": name, "architecture": folder.suffix.lstrip(".").upper(), "params": None,
-                "bytes": folder.stat().st_size, "path": str(folder)}
+    if folder.is_file():  # a pulled GGUF file: its header says the architecture and the tensors' shapes
+        architecture, params = gguf_summary(folder)
+        return {"name": name, "architecture": architecture, "params": params, "bytes": folder.stat().st_size,
+                "path": str(folder)}
     adapter = (folder / "adapter_config.json").is_file()
     try:
         config = json.loads((folder / ("adapter_config.json" if adapter else "config.json")).read_text(encoding="utf-8"))
@@ -88,6 +90,17 @@ def count_params(path: Path) -> int | None:
     except (TinyInferError, OSError, ValueError):
         return None
     return sum(math.prod(checkpoint.shape(name)) for name in checkpoint.names())
+
+
+def gguf_summary(path: Path) -> tuple[str, int | None]:
+    """("GGUF <its general.architecture>", the sum of its tensors' sizes) from a GGUF file's header (no tensor is
+    read); ("GGUF", None) when the header cannot be read."""
+    try:
+        gguf = GGUFFile(path)
+    except (TinyInferError, OSError, ValueError):
+        return "GGUF", None
+    return f"GGUF {gguf.metadata.get('general.architecture', '?')}", sum(
+        math.prod(info.shape) for info in gguf.tensors.values())
 
 
 def format_size(n_bytes: int) -> str:
