@@ -14,7 +14,8 @@
 
 Catalogue models not pulled yet are listed with the command that fetches them.
 Every model name printed here works as `--model NAME`, every adapter name as `--lora NAME`. Parameter counts come
-from the safetensors and GGUF headers (no weights are read), sizes from the files on disk (cache snapshots are links to blobs: the blobs are counted).
+from the safetensors and GGUF headers (no weights are read), sizes from the files on disk (cache snapshots are
+links to blobs: the blobs are counted).
 """
 
 from __future__ import annotations
