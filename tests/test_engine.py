@@ -273,6 +273,15 @@ def test_bench_serve_runs_all_modes_and_finds_the_same_tokens(capsys):
                       r"decoding sequences, ([\d.]+) s in (\d+) of fewer .*, of ([\d.]+) s", out)
     prompt_s, prompt_steps, full_s, full_steps, fewer_s, fewer_steps, wall = map(float, split.groups())
     assert prompt_steps >= 1 and full_steps + fewer_steps >= 1 and prompt_s + full_s + fewer_s <= wall
+    bound = re.search(r"weight products alone \(timed at 1 to (\d+) rows, linear in between\): ([\d.e-]+) s of "
+                      r"sequential's ([\d.e-]+) s, ([\d.e-]+) s of continuous batching's ([\d.e-]+) s: .* at most "
+                      r"([\d.]+)x sequential as it ran \(([\d.]+)x, products against products\)", out)
+    most_rows, alone, seq_wall, batched, cont_wall, ceiling, products_ratio = map(float, bound.groups())
+    assert most_rows >= 8  # the longest prompt, at least
+    assert 0 < alone < seq_wall and 0 < batched < cont_wall  # a part of each run, never more than all of it
+    # the figures are printed to 3 significant digits, the ratios to 0.1
+    assert ceiling == pytest.approx(seq_wall / batched, rel=0.02, abs=0.06)
+    assert products_ratio == pytest.approx(alone / batched, rel=0.02, abs=0.06)
     kv = re.search(r"held / live tokens need = ([\d.]+) \(blocks of 8 hold at least ([\d.]+)", out)
     held, least = map(float, kv.groups())
     assert 1.0 < least <= held <= least + 0.0005  # random prompts share no block: the allocator holds no spare block

@@ -94,7 +94,12 @@ def serve_and_report(args, blas: str) -> int:
           f"tokens, max_tokens {args.output_len}, temperature {args.temperature:g}, EOS allowed; "
           f"engine: {args.concurrency} concurrent sequences, blocks of {args.block_size}, "
           f"{args.max_batched_tokens} tokens per step, KV cache {args.kv_cache_dtype}; {blas}")
-    rounds = [serve_all_modes(model, workload, engine, graphs) for _ in range(args.rounds)]
+    products = ProductTimes(model, max([args.max_batched_tokens] + [len(r.prompt_ids) for r in workload]),
+                            args.concurrency)
+    rounds = []
+    for _ in range(args.rounds):
+        rounds.append(serve_all_modes(model, workload, engine, graphs))
+        products.time()  # after each round, so that a slow spell of the machine leaves one timing of the two
     fastest = [max(runs, key=lambda run: run[0].throughput) for runs in zip(*rounds)]  # the fastest run of each mode
     (sequential, _), (static, _), (continuous, continuous_llm) = fastest[:3]
     eager = [run for run, _ in fastest[3:]]  # continuous batching without CUDA graphs, where they served the others
@@ -113,6 +118,7 @@ def serve_and_report(args, blas: str) -> int:
             f"{run.name} ${cost_per_million_tokens(args.price_per_hour, run.throughput):,.2f}"
             for run in (sequential, static, continuous)))
     print_time_split(continuous, args.concurrency)
+    print_products_bound(products, workload, sequential, continuous)
     print_steady_state(model, workload, args.concurrency)
     print_memory(continuous_llm, model)
     print_prefix_caching(model, rng, args, engine)
@@ -132,6 +138,55 @@ def print_time_split(run: Served, concurrency: int) -> None:
           f"{sum(s for s, _ in full):.2f} s in {len(full)} of {concurrency} decoding sequences, "
           f"{sum(s for s, _ in fewer):.2f} s in {len(fewer)} of fewer (the tail{tail_rows}), "
           f"of {run.wall_s:.2f} s")
+
+
+def print_products_bound(products, workload: list[Request], sequential: Served, continuous: Served) -> None:
+    """The whole run's ceiling: the time of the weight products alone in each mode (a step of T tokens over S
+    sequences: the layers' products on T rows, the LM head's on S; `products` gives its seconds), against the
+    time sequential generation took.
+
+    Sequential generation pays a prefill of each prompt and then one-row steps; continuous batching, the steps
+    of its log. Prefills cost about the same in both modes (their products already have many rows), so when
+    prompts are as long as outputs, batching speeds up only the decode half: no scheduler or kernel brings the
+    ratio above what the products alone allow."""
+    alone = sum(products(len(r.prompt_ids), 1) + (len(ids) - 1) * products(1, 1)
+                for r, ids in zip(workload, sequential.token_ids))
+    batched = sum(products(r.num_tokens, r.num_seqs) for _, r in continuous.steps)
+    print(f"weight products alone (timed at 1 to {products.most_rows} rows, linear in between): {alone:.3g} s of "
+          f"{sequential.name}'s {sequential.wall_s:.3g} s, {batched:.3g} s of {continuous.name}'s "
+          f"{continuous.wall_s:.3g} s: with no cost but its products, {continuous.name} would be at most "
+          f"{sequential.wall_s / batched:.1f}x {sequential.name} as it ran ({alone / batched:.1f}x, products "
+          f"against products)")
+
+
+PRODUCT_ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)  # where ProductTimes times the products
+PRODUCT_TIMING_S = 0.2  # each row count is timed for about this long (at least 3 runs); the fastest run counts
+
+
+class ProductTimes:
+    """Seconds of a step's weight products as a function of (rows through the layers, rows through the LM
+    head): each part timed alone (`step.weight_products`) at the PRODUCT_ROWS below its most rows and at the
+    most, linear in between (0 rows, 0 seconds). `time()` again, between the modes' runs, keeps the fastest of
+    each: other work on the machine only ever slows a run down."""
+
+    def __init__(self, model, most_rows: int, most_head_rows: int):
+        self.model, self.most_rows = model, most_rows
+        self.rows = [0] + [n for n in PRODUCT_ROWS if n < most_rows] + [most_rows]
+        self.head_rows = [0] + [n for n in PRODUCT_ROWS if n < most_head_rows] + [most_head_rows]
+        self.layer_s, self.head_s = [np.inf] * len(self.rows), [np.inf] * len(self.head_rows)
+
+    def time(self) -> None:
+        self.layer_s = [min(t, self._fastest(n, 0)) for n, t in zip(self.rows, self.layer_s)]
+        self.head_s = [min(t, self._fastest(0, n)) for n, t in zip(self.head_rows, self.head_s)]
+
+    def _fastest(self, rows: int, head_rows: int) -> float:
+        products = step.weight_products(self.model, rows, head_rows)
+        once = step.fastest(products, 1, self.model.xp)[0]
+        repeats = max(2, min(20, int(PRODUCT_TIMING_S / max(once, 1e-6))))
+        return min(once, step.fastest(products, repeats, self.model.xp)[0])
+
+    def __call__(self, rows: int, head_rows: int) -> float:
+        return float(np.interp(rows, self.rows, self.layer_s) + np.interp(head_rows, self.head_rows, self.head_s))
 
 
 def print_steady_state(model, workload: list[Request], concurrency: int) -> None:

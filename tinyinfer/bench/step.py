@@ -154,15 +154,18 @@ def time_parts(model, llm: LLM, repeats: int) -> tuple[dict[str, float], dict[st
     return {name: t[0] for name, t in parts.items()}, {name: t[1] for name, t in parts.items()}
 
 
-def weight_products(model, rows: int):
-    """A function doing the products of a decode step of `rows` sequences: x @ w for every weight matrix of
-    every layer, and the LM head, with x random of the shape the forward pass gives it, each product as the
-    forward pass computes it (`matmul`)."""
+def weight_products(model, rows: int, head_rows: int | None = None):
+    """A function doing the products of a step of `rows` tokens: x @ w for every weight matrix of every layer,
+    and the LM head on `head_rows` of them (all by default, as in a decode step; a prefill needs it on the last
+    token only), with x random of the shape the forward pass gives it, each product as the forward pass
+    computes it (`matmul`). No rows, no product."""
     rng = np.random.default_rng(0)
     xp = model.xp
-    weights = [w for w in leaves(model.params["layers"]) if w.ndim == 2] + [model.params["lm_head"]]
-    inputs = [xp.asarray(rng.standard_normal((rows, w.shape[0])).astype(model.dtype)) for w in weights]
-    return lambda: [matmul(x, w) for x, w in zip(inputs, weights)]
+    head_rows = rows if head_rows is None else head_rows
+    layers = [(w, rows) for w in leaves(model.params["layers"]) if w.ndim == 2 and rows]
+    products = layers + ([(model.params["lm_head"], head_rows)] if head_rows else [])
+    inputs = [xp.asarray(rng.standard_normal((n, w.shape[0])).astype(model.dtype)) for w, n in products]
+    return lambda: [matmul(x, w) for x, (w, _) in zip(inputs, products)]
 
 
 def decode_attention_of(model, llm: LLM, chunks: list[SeqChunk]):
