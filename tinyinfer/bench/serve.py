@@ -6,6 +6,8 @@
    - static batching: the engine admits a batch only when the previous one has completely finished;
    - continuous batching: the engine admits and retires requests at every step.
    Every request is seeded, so all three produce the same tokens (the bench checks it); only time differs.
+   Beside the ratios: the whole run's ceiling (the weight products alone, timed at a few row counts and
+   summed over what each mode computed) and the steady state's (`tinyinfer bench step`).
 2. Prefix caching. Requests sharing a long prefix (512 tokens, or what the context window allows) with a
    short own suffix, sent one after another (so no queueing blurs the prefill): time to first token with
    the prefix cache on, then off.
