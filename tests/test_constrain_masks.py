@@ -13,6 +13,7 @@ import pytest
 from tests.conftest import SHARED_DATA, shared_data
 from tinyinfer.constrain import automaton
 from tinyinfer.constrain.automaton import compile_grammar
+from tinyinfer.constrain.build import grammar_for, warm_vocabulary
 from tinyinfer.constrain.grammar import parse_grammar
 from tinyinfer.constrain.json_schema import schema_to_grammar
 from tinyinfer.constrain.mask import Constraint, TokenMasker, Vocabulary
@@ -90,6 +91,26 @@ def test_a_string_walk_is_shared_between_grammars_yet_exact(token_bytes):
         walks_before = len(vocab.view_walks)
         assert (masker.mask(state) == reference_mask(masker, token_bytes, state)).all(), grammar
         assert len(vocab.view_walks) == walks_before + new_walks, grammar
+
+
+@pytest.mark.parametrize("kind", ["json_schema", "json"])
+def test_a_warmed_vocabulary_holds_the_walk_of_every_json_string_body(token_bytes, kind):
+    """`warm_vocabulary` walks a JSON string's body once, ahead of any grammar: the strings of a schema (a
+    property's value, an array's items, a key of JSON mode's any object) then add no walk of their own, and
+    their masks still equal the token-by-token reference."""
+    vocab = warm_vocabulary(Vocabulary(token_bytes, eos_ids=[VOCAB_SIZE]))
+    walks = len(vocab.view_walks)
+    assert walks == 1
+    specs = {"json_schema": [({"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"],
+                               "additionalProperties": False}, b'{"name":"ab'),
+                              ({"type": "array", "items": {"type": "string"}}, b'["x","'), ({"type": "string"}, b'"')],
+             "json": [("object", b'{"'), ("object", b'{"a":["b')]}
+    for spec, text in specs[kind]:
+        masker = TokenMasker(compile_grammar(grammar_for(kind, spec)), vocab)
+        state = masker.parser.step_bytes(masker.parser.initial, text)
+        assert state != DEAD
+        assert (masker.mask(state) == reference_mask(masker, token_bytes, state)).all(), (spec, text)
+        assert len(vocab.view_walks) == walks, (spec, text)
 
 
 def test_a_long_bounded_string_is_built_lazily_and_shares_walks_far_from_its_bound(token_bytes):

@@ -397,7 +397,7 @@ llm = LLM(tinyinfer.load("shakespeare"))
 assert gc.get_freeze_count() == 0 and not build._vocabularies
 warm_up(llm)
 [(tokenizer, vocabulary)] = build._vocabularies.values()
-print(gc.get_freeze_count(), tokenizer is llm.model.tokenizer, vocabulary.size)
+print(gc.get_freeze_count(), tokenizer is llm.model.tokenizer, vocabulary.size, len(vocabulary.view_walks))
 """
 
 
@@ -406,6 +406,7 @@ def test_warm_up_builds_the_masks_vocabulary_and_freezes_what_lives_as_long_as_t
     then finds it) and freezes the objects alive then out of the garbage collector (in a process of its own:
     gc.freeze is process-wide)."""
     out = subprocess.run([sys.executable, "-c", WARM_UP], capture_output=True, text=True, timeout=120, check=True)
-    frozen, same_tokenizer, size = out.stdout.split()
+    frozen, same_tokenizer, size, walks = out.stdout.split()
     assert int(frozen) > 10_000  # the tokenizer, the trie's tables, the engine, the modules
+    assert int(walks) >= 1  # a JSON string's body, walked (tests/test_constrain_warm.py)
     assert same_tokenizer == "True" and int(size) == tinyinfer.load("shakespeare").config.vocab_size

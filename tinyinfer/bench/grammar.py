@@ -37,6 +37,7 @@ from tqdm import tqdm
 
 from tinyinfer.constrain.automaton import compile_grammar
 from tinyinfer.constrain.json_schema import schema_to_grammar
+from tinyinfer.constrain.build import warm_vocabulary
 from tinyinfer.constrain.mask import Constraint, TokenMasker, Vocabulary
 from tinyinfer.commands import at_least
 from tinyinfer.errors import TinyInferError
@@ -59,7 +60,7 @@ class TinyInfer:
     name = "tinyinfer"
 
     def __init__(self, token_bytes: list[bytes], eos: int):
-        self.vocab = Vocabulary(token_bytes, [eos])
+        self.vocab = warm_vocabulary(Vocabulary(token_bytes, [eos]))  # as `tinyinfer serve` starts
 
     def covers(self, schema) -> bool:
         try:

@@ -32,7 +32,7 @@ plain `list[bytes]` instead of a tokenizer. Special tokens are never allowed, EO
 end. Compiled grammars and vocabulary tries are cached, so repeated requests share their masks.
 """
 
-from tinyinfer.constrain.build import KINDS, build_constraint, grammar_for
+from tinyinfer.constrain.build import KINDS, build_constraint, grammar_for, warm_vocabulary
 from tinyinfer.constrain.grammar import Grammar, parse_grammar
 from tinyinfer.constrain.json_schema import schema_to_grammar
 from tinyinfer.constrain.mask import Constraint, TokenMasker, Vocabulary
@@ -43,4 +43,5 @@ from tinyinfer.constrain.tools import (
 )
 
 __all__ = ["KINDS", "Constraint", "Grammar", "TokenMasker", "Vocabulary", "build_constraint", "grammar_for",
-           "parse_grammar", "parse_tool_calls", "schema_to_grammar", "tool_call_grammar", "tool_call_schema"]
+           "parse_grammar", "parse_tool_calls", "schema_to_grammar", "tool_call_grammar", "tool_call_schema",
+           "warm_vocabulary"]
