@@ -261,6 +261,18 @@ MUTATIONS = [
              "    if path.is_file() and is_gguf(path):\n        from tinyinfer.gguf.model_file import gguf_tokenizer",
              "    if False:\n        from tinyinfer.gguf.model_file import gguf_tokenizer",
              ("tests/test_tokenizer_cli.py", "-k", "gguf")),
+    # --- bench serve's products-only ceiling, the vocabulary's warm-up
+    Mutation("the products bound forgets sequential's one-row steps", "tinyinfer/bench/serve.py",
+             "(len(ids) - 1) * products(1, 1)", "0 * products(1, 1)",
+             ("tests/test_engine.py", "-k", "products_alone")),
+    Mutation("product timings keep the slowest run", "tinyinfer/bench/serve.py",
+             "self.layer_s = [min(t, self._fastest(n, 0))",
+             "self.layer_s = [max(0.0 if t == np.inf else t, self._fastest(n, 0))",
+             ("tests/test_engine.py", "-k", "product_times")),
+    Mutation("warm_vocabulary compiles the grammar and walks nothing", "tinyinfer/constrain/build.py",
+             "    masker.mask(masker.parser.step(masker.parser.initial, ord('\"')))",
+             "    masker.parser.step(masker.parser.initial, ord('\"'))",
+             ("tests/test_constrain_masks.py", "-k", "warmed")),
 ]
 
 

@@ -15,6 +15,7 @@ import tinyinfer
 from tinyinfer.bench import serve, step
 from tinyinfer.bench import workload as bench_workload
 from tinyinfer.engine import LLM
+from tinyinfer.engine.llm import StepRecord
 from tinyinfer.errors import TinyInferError
 from tinyinfer.sampling import SamplingParams
 
@@ -285,6 +286,44 @@ def test_bench_serve_runs_all_modes_and_finds_the_same_tokens(capsys):
     kv = re.search(r"held / live tokens need = ([\d.]+) \(blocks of 8 hold at least ([\d.]+)", out)
     held, least = map(float, kv.groups())
     assert 1.0 < least <= held <= least + 0.0005  # random prompts share no block: the allocator holds no spare block
+
+
+def test_bench_serve_bounds_the_run_by_its_products_alone(capsys):
+    """The ceiling adds what each mode computed: sequentially a prefill of each prompt (its tokens, one LM-head
+    row) and then one row per further token; continuously the logged steps (tokens through the layers, one
+    LM-head row per sequence). With products priced at rows + 10 x LM-head rows, by hand."""
+    class Products:  # what ProductTimes gives, priced by hand
+        most_rows = 8
+
+        def __call__(self, rows: int, head_rows: int) -> float:
+            return rows + 10 * head_rows
+
+    workload = [bench_workload.Request(0.0, prompt, SamplingParams()) for prompt in ([1, 2, 3], [4] * 5)]
+    sequential = bench_workload.Served("sequential", [[7, 8], [9]], [], [], 78.0, 78.0)
+    steps = [(0.1, StepRecord(0.0, 2, 8, 0, 0, 0)), (0.1, StepRecord(0.0, 2, 2, 0, 0, 0))]  # 2 sequences: 8, 2 tokens
+    continuous = bench_workload.Served("continuous batching", [], [], [], 13.0, 13.0, steps)
+    serve.print_products_bound(Products(), workload, sequential, continuous)
+    # sequential: (3 + 10) + (1 + 10) for the first request, (5 + 10) for the second; continuous: 28 + 22
+    assert ("weight products alone (timed at 1 to 8 rows, linear in between): 39 s of sequential's 78 s, 50 s of "
+            "continuous batching's 13 s: with no cost but its products, continuous batching would be at most 1.6x "
+            "sequential as it ran (0.8x, products against products)") in capsys.readouterr().out
+
+
+def test_product_times_read_between_the_rows_timed_and_keep_the_fastest(stories, monkeypatch):
+    """Timed at 0, 1, 2, 4 ... rows and at the most, linear in between; a second timing that comes out slower
+    (a busy machine) changes nothing, a faster one replaces the first."""
+    slowdown = [1.0]
+    monkeypatch.setattr(serve.ProductTimes, "_fastest", lambda self, rows, head: slowdown[0] * (rows + 10 * head))
+    times = serve.ProductTimes(stories, 6, 3)
+    assert times.rows == [0, 1, 2, 4, 6] and times.head_rows == [0, 1, 2, 3]
+    times.time()
+    assert times(3, 0) == 3 and times(5, 2) == 25 and times(0, 0) == 0
+    slowdown[0] = 2.0
+    times.time()
+    assert times(5, 2) == 25
+    slowdown[0] = 0.5
+    times.time()
+    assert times(5, 2) == 12.5
 
 
 def test_bench_serve_tells_a_rounding_tie_from_a_bug(stories, capsys):

@@ -162,7 +162,7 @@ def print_products_bound(products, workload: list[Request], sequential: Served, 
 
 
 PRODUCT_ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)  # where ProductTimes times the products
-PRODUCT_TIMING_S = 0.2  # each row count is timed for about this long (at least 3 runs); the fastest run counts
+PRODUCT_TIMING_S = 0.1  # each row count is timed for about this long (at least 3 runs); the fastest run counts
 
 
 class ProductTimes:
