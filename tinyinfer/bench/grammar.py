@@ -36,8 +36,8 @@ import numpy as np
 from tqdm import tqdm
 
 from tinyinfer.constrain.automaton import compile_grammar
-from tinyinfer.constrain.json_schema import schema_to_grammar
 from tinyinfer.constrain.build import warm_vocabulary
+from tinyinfer.constrain.json_schema import schema_to_grammar
 from tinyinfer.constrain.mask import Constraint, TokenMasker, Vocabulary
 from tinyinfer.commands import at_least
 from tinyinfer.errors import TinyInferError

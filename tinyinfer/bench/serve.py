@@ -101,7 +101,7 @@ def serve_and_report(args, blas: str) -> int:
     rounds = []
     for _ in range(args.rounds):
         rounds.append(serve_all_modes(model, workload, engine, graphs))
-        products.time()  # after each round, so that a slow spell of the machine leaves one timing of the two
+        products.time()  # after every round, the fastest kept, as for the modes
     fastest = [max(runs, key=lambda run: run[0].throughput) for runs in zip(*rounds)]  # the fastest run of each mode
     (sequential, _), (static, _), (continuous, continuous_llm) = fastest[:3]
     eager = [run for run, _ in fastest[3:]]  # continuous batching without CUDA graphs, where they served the others
