@@ -221,8 +221,22 @@ def test_concurrent_clients_are_batched_and_get_their_solo_outputs(server, model
     assert max(record.num_seqs for record in llm.step_log[first_step:]) > 1  # they shared engine steps
 
 
-def test_a_client_that_disconnects_mid_stream_is_aborted_and_its_blocks_freed(server):
+def slow_steps(llm, monkeypatch, seconds: float = 0.005) -> None:
+    """Each engine step made at least `seconds` long (a test double): the built-in model otherwise runs a whole
+    400-token answer in about the time a client's leaving takes to reach the engine, and the abort would find
+    nothing left to stop."""
+    step = llm.step
+
+    def slowed():
+        time.sleep(seconds)
+        return step()
+
+    monkeypatch.setattr(llm, "step", slowed)
+
+
+def test_a_client_that_disconnects_mid_stream_is_aborted_and_its_blocks_freed(server, monkeypatch):
     llm = server.engine.llm
+    slow_steps(llm, monkeypatch)
     wait_idle(server)
     generated_before, max_tokens, n = llm.generated_tokens, 100, 4
     host, port = server.server_address[:2]
@@ -239,9 +253,10 @@ def test_a_client_that_disconnects_mid_stream_is_aborted_and_its_blocks_freed(se
     assert llm.scheduler.allocator.num_free == N_BLOCKS  # every block back in the pool
 
 
-def test_a_client_that_leaves_before_a_whole_answer_is_aborted_too(server):
+def test_a_client_that_leaves_before_a_whole_answer_is_aborted_too(server, monkeypatch):
     """Without a stream nothing is written until the end: the handler watches the socket while it waits."""
     llm = server.engine.llm
+    slow_steps(llm, monkeypatch)
     wait_idle(server)
     generated_before, total = llm.generated_tokens, 4 * 100
     body = json.dumps({"prompt": "JULIET:", "max_tokens": 100, "n": 4, "ignore_eos": True}).encode()
