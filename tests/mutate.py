@@ -261,10 +261,10 @@ MUTATIONS = [
              "    if path.is_file() and is_gguf(path):\n        from tinyinfer.gguf.model_file import gguf_tokenizer",
              "    if False:\n        from tinyinfer.gguf.model_file import gguf_tokenizer",
              ("tests/test_tokenizer_cli.py", "-k", "gguf")),
+    # --- the server's abort of a client that left; bench serve's products-only ceiling; the vocabulary's warm-up
     Mutation("the server never notices a client leaving while it waits", "tinyinfer/engine/server.py",
              "        self.submission.events.put_nowait(GONE)", "        pass",
              ("tests/test_server.py", "-k", "leaves")),
-    # --- bench serve's products-only ceiling, the vocabulary's warm-up
     Mutation("the products bound forgets sequential's one-row steps", "tinyinfer/bench/serve.py",
              "(len(ids) - 1) * products(1, 1)", "0 * products(1, 1)",
              ("tests/test_engine.py", "-k", "products_alone")),

@@ -259,12 +259,12 @@ def test_n_samples_of_one_request_equal_the_solo_samples(stories):
 
 
 def test_bench_serve_runs_all_modes_and_finds_the_same_tokens(capsys):
-    parser = argparse.ArgumentParser()
-    serve.add_arguments(parser)
-    args = parser.parse_args(["--model", str(shared_data("models/stories260K/stories260K.bin")), "--requests", "6",
-                              "--concurrency", "4", "--prompt-len", "8:24", "--output-len", "2:8",
-                              "--prefix-len", "40", "--prefix-requests", "3", "--block-size", "8"])
-    assert serve.run(args) == 0
+    """`python -m tinyinfer bench serve ...` as the user runs it: its stdout, line by line."""
+    from tinyinfer.cli import main  # noqa: PLC0415
+
+    assert main(["bench", "serve", "--model", str(shared_data("models/stories260K/stories260K.bin")),
+                 "--requests", "6", "--concurrency", "4", "--prompt-len", "8:24", "--output-len", "2:8",
+                 "--prefix-len", "40", "--prefix-requests", "3", "--block-size", "8"]) == 0
     out = capsys.readouterr().out
     for line in ("sequential", "static batching", "continuous batching", "held / live tokens need", "steady state (4",
                  "shared prefix of 40 tokens"):

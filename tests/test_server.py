@@ -423,5 +423,5 @@ def test_warm_up_builds_the_masks_vocabulary_and_freezes_what_lives_as_long_as_t
     out = subprocess.run([sys.executable, "-c", WARM_UP], capture_output=True, text=True, timeout=120, check=True)
     frozen, same_tokenizer, size, walks = out.stdout.split()
     assert int(frozen) > 10_000  # the tokenizer, the trie's tables, the engine, the modules
-    assert int(walks) >= 1  # a JSON string's body, walked (tests/test_constrain_warm.py)
+    assert int(walks) >= 1  # a JSON string's body, walked (tests/test_constrain_masks.py)
     assert same_tokenizer == "True" and int(size) == tinyinfer.load("shakespeare").config.vocab_size

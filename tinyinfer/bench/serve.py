@@ -165,16 +165,24 @@ PRODUCT_ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)  # where Prod
 PRODUCT_TIMING_S = 0.1  # each row count is timed for about this long (at least 3 runs); the fastest run counts
 
 
+def row_counts(most: int) -> list[int]:
+    """Where a part is timed: no rows, the PRODUCT_ROWS below `most`, and `most`.
+
+    >>> row_counts(48)
+    [0, 1, 2, 4, 8, 16, 32, 48]
+    """
+    return [0] + [n for n in PRODUCT_ROWS if n < most] + [most]
+
+
 class ProductTimes:
     """Seconds of a step's weight products as a function of (rows through the layers, rows through the LM
-    head): each part timed alone (`step.weight_products`) at the PRODUCT_ROWS below its most rows and at the
-    most, linear in between (0 rows, 0 seconds). `time()` again, between the modes' runs, keeps the fastest of
-    each: other work on the machine only ever slows a run down."""
+    head): each part timed alone (`step.weight_products`) at its `row_counts`, linear in between. `time()`
+    again, between the modes' runs, keeps the fastest of each: other work on the machine only ever slows a run
+    down."""
 
     def __init__(self, model, most_rows: int, most_head_rows: int):
         self.model, self.most_rows = model, most_rows
-        self.rows = [0] + [n for n in PRODUCT_ROWS if n < most_rows] + [most_rows]
-        self.head_rows = [0] + [n for n in PRODUCT_ROWS if n < most_head_rows] + [most_head_rows]
+        self.rows, self.head_rows = row_counts(most_rows), row_counts(most_head_rows)
         self.layer_s, self.head_s = [np.inf] * len(self.rows), [np.inf] * len(self.head_rows)
 
     def time(self) -> None:

@@ -162,7 +162,7 @@ def weight_products(model, rows: int, head_rows: int | None = None):
     rng = np.random.default_rng(0)
     xp = model.xp
     head_rows = rows if head_rows is None else head_rows
-    layers = [(w, rows) for w in leaves(model.params["layers"]) if w.ndim == 2 and rows]
+    layers = [(w, rows) for w in leaves(model.params["layers"]) if w.ndim == 2] if rows else []
     products = layers + ([(model.params["lm_head"], head_rows)] if head_rows else [])
     inputs = [xp.asarray(rng.standard_normal((n, w.shape[0])).astype(model.dtype)) for w, n in products]
     return lambda: [matmul(x, w) for x, (w, _) in zip(inputs, products)]
